@@ -1,0 +1,42 @@
+# neoxlab: `make run` and `make test` are all a fresh machine needs.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+EXP ?= local_3d
+# Hydra overrides given after EXP (make sees key=value words as variables; pass them on).
+OVERRIDES := $(filter-out EXP=% RUN=% PYTHON=% TESTS=%,$(MAKEOVERRIDES))
+TESTS ?= tests
+
+.PHONY: help install run test lint bench clean-venv
+
+help: ## list targets and experiments
+	@echo "targets:"
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | sed 's/^/  /'
+	@echo "experiments (make run EXP=<name> [hydra.overrides ...]):"
+	@for f in experiments/*.yaml; do n=$$(basename $$f .yaml); \
+	  d=$$(grep -m1 '^description:' $$f | sed 's/description: *//'); printf '  %-20s %s\n' "$$n" "$$d"; done
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP) ## create .venv and install pinned dependencies (no-op when up to date)
+
+run: $(STAMP) ## run experiment EXP (default local_3d) with Hydra overrides after it
+	$(PY) -m neoxlab experiment=$(EXP) $(OVERRIDES)
+
+test: $(STAMP) ## run the test suite
+	$(PY) -m pytest -q $(TESTS)
+
+lint: $(STAMP) ## ruff
+	$(VENV)/bin/ruff check src tests bench
+
+bench: $(STAMP) ## benchmarks that print side-by-side ratios
+	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean-venv: ## remove the virtual environment
+	rm -rf $(VENV)

@@ -1,0 +1,1 @@
+"""neoxlab: communication-compressed GPT-NeoX experiments."""

@@ -1,0 +1,90 @@
+"""`python -m neoxlab experiment=<name> [overrides]`: compose -> validate -> plan -> launch."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+from neoxlab import rundir
+from neoxlab.compose import compose_experiment, list_experiments
+from neoxlab.config import Config, ConfigError
+from neoxlab.plan import plan_run
+
+DEFAULT_EXPERIMENT = "local_3d"
+SUBMIT_COMMANDS = {"lsf": "bsub", "slurm": "sbatch"}
+
+
+def split_args(args: list[str]) -> tuple[str, list[str]]:
+    """Pull `experiment=<name>` out of the Hydra overrides."""
+    name, rest = DEFAULT_EXPERIMENT, []
+    for arg in args:
+        if arg.startswith("experiment="):
+            name = arg.split("=", 1)[1]
+        else:
+            rest.append(arg)
+    return name, rest
+
+
+def check_scheduler(cfg: Config) -> None:
+    """Refuse before planning when the job cannot be submitted from this machine."""
+    scheduler = cfg.cluster.scheduler
+    if scheduler == "local" or not cfg.launch.submit:
+        return
+    command = SUBMIT_COMMANDS[scheduler]
+    if shutil.which(command) is None:
+        raise ConfigError(
+            f"cluster '{cfg.cluster.name}' submits with {command} ({scheduler}), which is not "
+            f"on this machine; run from the cluster's login node, or add launch.submit=false "
+            "to validate and plan only"
+        )
+
+
+def run_one(cfg: Config, argv: list[str]) -> int:
+    check_scheduler(cfg)
+    run_dir = plan_run(cfg, argv)
+    print(f"[neoxlab] run dir: {run_dir}", flush=True)
+    if not cfg.launch.submit:
+        print("[neoxlab] launch.submit=false: validated and planned, nothing started", flush=True)
+        return 0
+    if cfg.cluster.scheduler != "local":
+        raise ConfigError(f"scheduler '{cfg.cluster.scheduler}' is not supported yet")
+    from neoxlab.launch import local
+
+    code = local.launch(cfg, run_dir)
+    report(run_dir)
+    return code
+
+
+def report(run_dir: Path) -> None:
+    status = rundir.read_json(run_dir / "status.json")
+    line = f"[neoxlab] {status['state']}: {run_dir}"
+    if status["state"] == "failed":
+        line += f"\n[neoxlab] rank {status.get('failed_rank')}: {status.get('error')}"
+    summary_path = run_dir / "summary.json"
+    if summary_path.exists():
+        s = rundir.read_json(summary_path)
+        line += (
+            f"\n[neoxlab] {s['steps']} steps, final loss {s['final_loss']:.4f}, median "
+            f"{s['median_samples_per_s']:.2f} samples/s, "
+            f"{s['median_tflops_per_gpu']:.4g} TFLOPS/GPU (steady steps)"
+        )
+    print(line, flush=True)
+
+
+def main(args: list[str] | None = None) -> int:
+    args = sys.argv[1:] if args is None else args
+    if args in (["--list"], ["list"]):
+        print("\n".join(list_experiments()))
+        return 0
+    name, overrides = split_args(args)
+    try:
+        cfg = compose_experiment(name, overrides)
+        return run_one(cfg, ["python", "-m", "neoxlab", *args])
+    except ConfigError as exc:
+        print(f"[neoxlab] error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

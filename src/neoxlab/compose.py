@@ -1,0 +1,52 @@
+"""Compose an experiment from configs/ building blocks and its experiments/<name>.yaml overlay."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException
+from omegaconf import OmegaConf
+
+from neoxlab.config import Config, ConfigError, to_structured
+from neoxlab.rundir import REPO_ROOT
+
+CONFIG_DIR = REPO_ROOT / "configs"
+EXPERIMENT_DIR = REPO_ROOT / "experiments"
+
+
+def list_experiments() -> list[str]:
+    return sorted(p.stem for p in EXPERIMENT_DIR.glob("*.yaml"))
+
+
+def experiment_command(name: str) -> str:
+    """The `Run:` line an experiment file names (its documented command)."""
+    for line in (EXPERIMENT_DIR / f"{name}.yaml").read_text().splitlines():
+        if line.startswith("# Run:"):
+            return line.removeprefix("# Run:").strip()
+    return f"make run EXP={name}"
+
+
+def compose_experiment(name: str, overrides: list[str] | None = None) -> Config:
+    """Hydra composition + schema merge; errors name the experiment or the bad override."""
+    if name not in list_experiments():
+        raise ConfigError(
+            f"unknown experiment '{name}': no experiments/{name}.yaml; choose one of "
+            f"{list_experiments()}"
+        )
+    args = [f"hydra.searchpath=[file://{REPO_ROOT}]", f"+experiments={name}", *(overrides or [])]
+    try:
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+            raw = compose(config_name="config", overrides=args)
+    except HydraException as exc:
+        raise ConfigError(
+            f"cannot compose experiment '{name}' with overrides {overrides or []}: {exc}; "
+            "check the override keys (key=value, +key=value to add) and config group names"
+        ) from None
+    container = OmegaConf.to_container(raw, resolve=True)
+    container.pop("experiments", None)  # hydra records the group selection; not a field
+    return to_structured(container)
+
+
+def config_path(group: str, option: str) -> Path:
+    return CONFIG_DIR / group / f"{option}.yaml"

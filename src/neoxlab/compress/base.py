@@ -1,0 +1,309 @@
+"""The compressor interface, its wire header and the shared encode/decode path.
+
+Every compressor produces a self-describing 1-D uint8 buffer so that a receiver (or
+``decode_any``) can rebuild the tensor without out-of-band metadata, and so that a
+collective can size its receive buffers from ``max_encoded_bytes`` alone.
+
+Wire format (little-endian), version 1::
+
+    off  size  field
+      0     2  magic b"NX"
+      2     1  format version (1)
+      3     1  compressor id (registry)
+      4     1  original dtype code (DTYPE_CODES)
+      5     1  flags (bit 0: PASSTHROUGH, body is the raw tensor bytes)
+      6     1  ndim (0..255)
+      7     1  reserved (0)
+      8     4  u32 compressor parameter (zfp rate, block, mpc dim, topk k; 0 if none)
+     12     4  reserved (0)
+     16  8*nd  shape, one int64 per dimension
+    ...        body (starts 8-byte aligned)
+
+A body is never larger than the raw tensor: when compressing would not shrink the message
+(tiny tensors, incompressible data) or would change values it must not (NaN/Inf into a
+lossy codec), the raw bytes are sent with the PASSTHROUGH flag. Hence
+``max_encoded_bytes = header + numel * itemsize`` for every compressor.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
+
+import torch
+
+MAGIC = b"NX"
+FORMAT_VERSION = 1
+FLAG_PASSTHROUGH = 1
+HEADER_FIXED = 16
+DEFAULT_MAX_NDIM = 8
+_FIXED = struct.Struct("<2sBBBBBBII")
+
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+_DTYPE_NAMES = [
+    "float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8",
+    "uint8", "bool", "complex64", "complex128", "uint16", "uint32", "uint64",
+    "float8_e4m3fn", "float8_e5m2", "complex32",
+]
+DTYPE_CODES: dict[torch.dtype, int] = {
+    getattr(torch, n): i + 1 for i, n in enumerate(_DTYPE_NAMES) if hasattr(torch, n)
+}
+CODE_DTYPES: dict[int, torch.dtype] = {c: d for d, c in DTYPE_CODES.items()}
+
+
+class CompressionConfigError(ValueError):
+    """Unknown compressor name or bad parameter; the message names value, rule and fix."""
+
+
+class WireFormatError(ValueError):
+    """A buffer that is not a valid neoxlab compressed message."""
+
+
+@dataclass
+class CompressorStats:
+    """Per-instance counters; collectives sum them into their communication accounting."""
+
+    calls: int = 0  # encode calls
+    decodes: int = 0  # decode calls
+    bytes_in: int = 0  # raw bytes given to encode
+    bytes_out: int = 0  # wire bytes produced by encode, headers included
+    passthrough: int = 0  # messages sent raw (NaN/Inf, non-float, tiny or incompressible)
+    staged_to_host: int = 0  # device tensors copied to host for a host-only codec
+
+    @property
+    def ratio(self) -> float:
+        """bytes_in / bytes_out over all encode calls (1.0 before any call)."""
+        return self.bytes_in / self.bytes_out if self.bytes_out else 1.0
+
+    def reset(self) -> None:
+        for f in fields(self):
+            setattr(self, f.name, 0)
+
+
+def header_nbytes(ndim: int) -> int:
+    return HEADER_FIXED + 8 * ndim
+
+
+@dataclass
+class Header:
+    cid: int
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    param: int = 0
+    flags: int = 0
+
+    @property
+    def nbytes(self) -> int:
+        return header_nbytes(len(self.shape))
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def passthrough(self) -> bool:
+        return bool(self.flags & FLAG_PASSTHROUGH)
+
+    def pack(self) -> bytes:
+        if len(self.shape) > 255:
+            raise WireFormatError(f"ndim={len(self.shape)} exceeds the wire limit of 255")
+        fixed = _FIXED.pack(MAGIC, FORMAT_VERSION, self.cid, DTYPE_CODES[self.dtype],
+                            self.flags, len(self.shape), 0, self.param, 0)
+        return fixed + struct.pack(f"<{len(self.shape)}q", *self.shape)
+
+    def alloc(self, body_nbytes: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """Allocate the whole wire buffer with the header written; return (buf, body view)."""
+        head = self.pack()
+        buf = torch.empty(len(head) + body_nbytes, dtype=torch.uint8, device=device)
+        buf[: len(head)].copy_(torch.frombuffer(bytearray(head), dtype=torch.uint8))
+        return buf, buf[len(head):]
+
+    def join(self, *parts: torch.Tensor) -> torch.Tensor:
+        """Header followed by the given uint8 parts, in one buffer on the parts' device."""
+        device = parts[0].device
+        buf, body = self.alloc(sum(p.numel() for p in parts), device)
+        off = 0
+        for p in parts:
+            body[off: off + p.numel()].copy_(p)
+            off += p.numel()
+        return buf
+
+    @classmethod
+    def parse(cls, buf: torch.Tensor) -> tuple[Header, torch.Tensor]:
+        """Read the header of a wire buffer; return it and the body (a view of buf)."""
+        if not isinstance(buf, torch.Tensor) or buf.dtype != torch.uint8 or buf.dim() != 1:
+            raise WireFormatError("a wire buffer must be a 1-D torch.uint8 tensor")
+        if buf.numel() < HEADER_FIXED:
+            raise WireFormatError(f"buffer of {buf.numel()} bytes is shorter than a header")
+        fixed = bytes(buf[:HEADER_FIXED].cpu().numpy())
+        magic, ver, cid, dcode, flags, ndim, _, param, _ = _FIXED.unpack(fixed)
+        if magic != MAGIC:
+            raise WireFormatError(f"bad magic {magic!r}: not a neoxlab compressed message")
+        if ver != FORMAT_VERSION:
+            raise WireFormatError(f"wire format version {ver} is not supported "
+                                  f"(this build reads {FORMAT_VERSION})")
+        if dcode not in CODE_DTYPES:
+            raise WireFormatError(f"unknown dtype code {dcode} in header")
+        hlen = header_nbytes(ndim)
+        if buf.numel() < hlen:
+            raise WireFormatError(f"buffer of {buf.numel()} bytes is shorter than its header")
+        shape = struct.unpack(f"<{ndim}q", bytes(buf[HEADER_FIXED:hlen].cpu().numpy()))
+        hdr = cls(cid=cid, dtype=CODE_DTYPES[dcode], shape=tuple(shape), param=param,
+                  flags=flags)
+        return hdr, buf[hlen:]
+
+
+def view_as(raw: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Reinterpret a 1-D uint8 slice as dtype, copying first only if it is misaligned."""
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    if raw.storage_offset() % itemsize:
+        raw = raw.clone()
+    return raw.view(dtype)
+
+
+def raw_bytes(x: torch.Tensor) -> torch.Tensor:
+    """The bytes of a contiguous tensor as a flat uint8 view (no copy)."""
+    return x.reshape(-1).view(torch.uint8)
+
+
+def finite_absmax(x: torch.Tensor) -> float | None:
+    """max|x| in one pass without temporaries, or None if x holds NaN or Inf."""
+    lo, hi = torch.stack(torch.aminmax(x)).float().tolist()  # one device sync
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return None
+    return max(-lo, hi)
+
+
+def itemsize(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+class Compressor(ABC):
+    """One codec behind the interface shared by collectives and benchmarks.
+
+    Subclasses set ``name``, ``cid`` and ``lossless`` and implement ``_encode`` (flat,
+    contiguous, non-empty input of a dtype in ``dtypes``) and ``_decode``. The base class
+    does the header, passthrough of non-float/empty/incompressible/non-finite messages,
+    contiguity and the statistics.
+    """
+
+    name: ClassVar[str]
+    cid: ClassVar[int]
+    lossless: ClassVar[bool] = False
+    dtypes: ClassVar[tuple[torch.dtype, ...]] = FLOAT_DTYPES
+    requires: ClassVar[tuple[str, ...]] = ()  # importable modules the codec needs
+    gain_required: ClassVar[bool] = True  # send raw when the body would not be smaller
+
+    def __init__(self, **unknown: Any) -> None:
+        if unknown:
+            names = ", ".join(f"{k}={v!r}" for k, v in unknown.items())
+            raise CompressionConfigError(
+                f"{self.name} does not take parameter(s) {names}: allowed are "
+                f"{self.param_names() or 'none'}; use e.g. {self.example()}")
+        self.stats = CompressorStats()
+
+    # -- description -------------------------------------------------------------------
+    @classmethod
+    def param_names(cls) -> list[str]:
+        return []
+
+    @classmethod
+    def example(cls) -> str:
+        return cls.name
+
+    def params(self) -> dict[str, Any]:
+        return {}
+
+    def describe(self) -> str:
+        p = self.params()
+        inner = ",".join(f"{k}={v}" for k, v in p.items())
+        return f"{self.name}({inner})" if p else self.name
+
+    def __repr__(self) -> str:
+        return f"<Compressor {self.describe()}>"
+
+    # -- sizes -------------------------------------------------------------------------
+    def max_encoded_bytes(self, numel: int, dtype: torch.dtype,
+                          ndim: int = DEFAULT_MAX_NDIM) -> int:
+        """Upper bound of ``encode(x).numel()`` for any x with this numel, dtype and at most
+        ``ndim`` dimensions (bodies never exceed the raw bytes; see module docstring)."""
+        return header_nbytes(ndim) + numel * itemsize(dtype)
+
+    def _fixed_body_nbytes(self, numel: int, dtype: torch.dtype) -> int | None:
+        """Exact body size when it does not depend on the data (lets encode skip work)."""
+        return None
+
+    def _header_param(self, numel: int) -> int:
+        return 0
+
+    # -- encode / decode ---------------------------------------------------------------
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{self.name}.encode expects a torch.Tensor, got {type(x).__name__}")
+        x = x.detach()
+        raw_n = x.numel() * x.element_size()
+        self.stats.calls += 1
+        self.stats.bytes_in += raw_n
+        hdr = Header(self.cid, x.dtype, tuple(x.shape))
+        flat = x.contiguous().reshape(-1)
+        buf = None
+        if x.dtype in self.dtypes and x.numel() > 0:
+            fixed = self._fixed_body_nbytes(x.numel(), x.dtype)
+            if fixed is None or fixed < raw_n:
+                hdr.param = self._header_param(x.numel())
+                buf = self._encode(flat, hdr)
+                no_gain = buf is not None and buf.numel() - hdr.nbytes >= raw_n
+                if no_gain and self.gain_required:
+                    buf = None
+        if buf is None:
+            buf = self._passthrough(flat, hdr)
+        self.stats.bytes_out += buf.numel()
+        return buf
+
+    def _passthrough(self, flat: torch.Tensor, hdr: Header) -> torch.Tensor:
+        self.stats.passthrough += 1
+        hdr.flags |= FLAG_PASSTHROUGH
+        hdr.param = 0
+        buf, body = hdr.alloc(flat.numel() * flat.element_size(), flat.device)
+        if flat.numel():
+            body.copy_(raw_bytes(flat))
+        return buf
+
+    def decode(self, buf: torch.Tensor) -> torch.Tensor:
+        hdr, body = Header.parse(buf)
+        self.stats.decodes += 1
+        if hdr.passthrough:
+            n = hdr.numel * itemsize(hdr.dtype)
+            if body.numel() != n:
+                raise WireFormatError(f"passthrough body has {body.numel()} bytes, "
+                                      f"expected {n} for {hdr.dtype} {list(hdr.shape)}")
+            return view_as(body, hdr.dtype).clone().reshape(hdr.shape)
+        if hdr.cid != self.cid:
+            raise WireFormatError(f"buffer was encoded by compressor id {hdr.cid}, not by "
+                                  f"{self.name} (id {self.cid}); use decode_any")
+        return self._decode(body, hdr).reshape(hdr.shape)
+
+    @abstractmethod
+    def _encode(self, flat: torch.Tensor, hdr: Header) -> torch.Tensor | None:
+        """Return the full wire buffer (header via hdr.alloc/join) or None to pass through."""
+
+    @abstractmethod
+    def _decode(self, body: torch.Tensor, hdr: Header) -> torch.Tensor:
+        """Rebuild the flat tensor of hdr.dtype from a non-passthrough body."""
+
+
+def check_int(comp: str, name: str, value: Any, lo: int, hi: int, example: str) -> int:
+    """Validate an integer parameter; the error names the value, the rule and a fix."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise CompressionConfigError(
+            f"{comp} {name}={value!r} is not an integer: {name} must be an integer in "
+            f"[{lo}, {hi}]; use e.g. {example}")
+    if not lo <= value <= hi:
+        raise CompressionConfigError(
+            f"{comp} {name}={value!r} is out of range: {name} must be an integer in "
+            f"[{lo}, {hi}]; use e.g. {example}")
+    return value

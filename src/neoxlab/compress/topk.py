@@ -1,0 +1,101 @@
+"""Top-k sparsification: send the k largest-magnitude values and their int32 indices.
+
+Body: k int32 indices, then the k values in the original dtype (kept exactly). Without
+error feedback (which belongs to the caller, as it needs state across steps) the dropped
+values are simply lost.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from neoxlab.compress.base import (
+    CompressionConfigError,
+    Compressor,
+    Header,
+    WireFormatError,
+    finite_absmax,
+    view_as,
+)
+from neoxlab.compress.registry import register
+
+_MAX_INDEX = 2**31 - 1
+
+
+@register("topk", cid=6)
+class TopK(Compressor):
+    """Keep k = ceil(ratio * numel) (or a fixed k, capped at numel) values.
+
+    Error bound: kept values are exact; every dropped value satisfies |x_i| <= the k-th
+    largest |x|, so ||x - x'||^2 <= (1 - k/n) ||x||^2. Messages whose (4 + itemsize) * k
+    bytes would not be smaller than the raw tensor, tensors with more than 2^31 - 1
+    elements (int32 indices) and NaN/Inf messages pass through.
+    """
+
+    def __init__(self, *, ratio: float | None = None, k: int | None = None,
+                 **unknown: object) -> None:
+        super().__init__(**unknown)
+        if ratio is not None and k is not None:
+            raise CompressionConfigError(
+                f"topk got both ratio={ratio!r} and k={k!r}: give exactly one of them; "
+                "use e.g. topk:ratio=0.01 or topk:k=1000")
+        if k is not None:
+            if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+                raise CompressionConfigError(
+                    f"topk k={k!r} is invalid: k must be an integer >= 1; use e.g. topk:k=1000")
+        else:
+            ratio = 0.01 if ratio is None else ratio
+            ok = isinstance(ratio, int | float) and not isinstance(ratio, bool)
+            if not ok or not math.isfinite(ratio) or not 0 < ratio <= 1:
+                raise CompressionConfigError(
+                    f"topk ratio={ratio!r} is out of range: ratio must be a number in (0, 1] "
+                    "(fraction of values kept); use e.g. topk:ratio=0.01")
+            ratio = float(ratio)
+        self.ratio, self.k = ratio, k
+
+    @classmethod
+    def param_names(cls) -> list[str]:
+        return ["ratio", "k"]
+
+    @classmethod
+    def example(cls) -> str:
+        return "topk:ratio=0.01"
+
+    def params(self) -> dict[str, float | int]:
+        return {"k": self.k} if self.k is not None else {"ratio": self.ratio}
+
+    def keep(self, numel: int) -> int:
+        """How many values a message of numel values keeps."""
+        if self.k is not None:
+            return min(self.k, numel)
+        return min(numel, max(1, math.ceil(self.ratio * numel)))
+
+    def _header_param(self, numel: int) -> int:
+        return self.keep(numel)
+
+    def _fixed_body_nbytes(self, numel: int, dtype: torch.dtype) -> int:
+        return self.keep(numel) * (4 + dtype.itemsize)
+
+    def _encode(self, flat: torch.Tensor, hdr: Header) -> torch.Tensor | None:
+        n, k = flat.numel(), self.keep(flat.numel())
+        if n > _MAX_INDEX or finite_absmax(flat) is None:
+            return None
+        idx = torch.topk(flat.abs(), k, sorted=False).indices
+        idx = idx.sort().values  # ascending indices: sequential writes on decode
+        buf, body = hdr.alloc(k * (4 + flat.element_size()), flat.device)
+        body[: 4 * k].view(torch.int32).copy_(idx)
+        body[4 * k:].view(flat.dtype).copy_(flat[idx])
+        return buf
+
+    def _decode(self, body: torch.Tensor, hdr: Header) -> torch.Tensor:
+        k = hdr.param
+        if body.numel() != k * (4 + hdr.dtype.itemsize):
+            raise WireFormatError(f"topk body of {body.numel()} bytes does not hold k={k} "
+                                  f"{hdr.dtype} values and int32 indices")
+        idx = view_as(body[: 4 * k], torch.int32).long()
+        vals = view_as(body[4 * k:], hdr.dtype)
+        out = torch.zeros(hdr.numel, dtype=hdr.dtype, device=body.device)
+        out[idx] = vals
+        return out

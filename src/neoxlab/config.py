@@ -1,0 +1,185 @@
+"""Structured experiment config: the schema every composed Hydra config must fit.
+
+Merging the composed YAML into these dataclasses rejects unknown keys and wrong types,
+so a typo in an experiment file fails before anything starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError, ValidationError
+
+
+@dataclass
+class TaskConfig:
+    name: str = "train"  # train | microbench | serve
+
+
+@dataclass
+class ModelConfig:
+    name: str = "neox_tiny"
+    num_layers: int = 2
+    hidden_size: int = 64
+    num_attention_heads: int = 4
+    seq_length: int = 64
+    max_position_embeddings: int = 64
+    vocab_size: int = 256  # tokenizer vocabulary before padding
+    make_vocab_size_divisible_by: int = 128  # padded to a multiple of this x tp
+    rotary_pct: float = 0.25
+    rotary_emb_base: int = 10000
+    parallel_residual: bool = True
+    tie_embeddings: bool = False
+    ffn_mult: int = 4
+    layernorm_eps: float = 1e-5
+    init_std: float = 0.02
+
+
+@dataclass
+class ParallelConfig:
+    tp: int = 1
+    pp: int = 1
+    dp: int | None = None  # null: inferred as world_size / (tp * pp)
+    micro_batch: int = 1
+    grad_accum: int = 1
+    activation_checkpointing: bool = False
+    partition_method: str = "type:TransformerLayerPipe"
+
+
+@dataclass
+class ZeroConfig:
+    stage: int = 0
+    reduce_bucket_size: int = 500_000_000
+    allgather_bucket_size: int = 500_000_000
+    overlap_comm: bool = False
+    contiguous_gradients: bool = True
+    reduce_scatter: bool = True
+
+
+@dataclass
+class CompressionConfig:
+    scheme: str = "none"
+    backend: str = "framework"  # framework (our wrappers) | mpi (MPI library switches)
+    dims: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ClusterConfig:
+    name: str = "local"
+    scheduler: str = "local"  # local | lsf | slurm
+    nodes: int = 1
+    ranks_per_node: int = 8
+    device: str = "cpu"
+    device_memory_gib: float = 24.0
+    peak_tflops: float = 0.1  # per device, used for MFU
+    cores_per_node: int = 2
+    launcher: str = "mpiexec"
+    setup: list[str] = field(default_factory=list)  # shell lines run before the ranks start
+    neox_dir: str | None = None
+    queue: str | None = None
+    account: str | None = None
+    walltime: str = "00:30"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class EngineConfig:
+    name: str = "builtin"  # builtin | neox
+    backend: str = "auto"  # auto | gloo | nccl
+    torch_threads: int = 1
+
+
+@dataclass
+class DataConfig:
+    source: str = "stdlib"  # stdlib (Python standard library sources) | file
+    path: str | None = None
+    max_bytes: int = 4_000_000
+    val_fraction: float = 0.05
+    seed: int = 1234
+
+
+@dataclass
+class LoggerConfig:
+    jsonl: bool = True
+    wandb: str = "offline"  # offline | online | disabled
+    wandb_project: str = "neoxlab"
+    progress: bool = True
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 20
+    seed: int = 1234
+    lr: float = 6e-4
+    min_lr: float = 6e-5
+    warmup_steps: int = 2
+    weight_decay: float = 0.01
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    grad_clip: float = 1.0
+    precision: str = "fp32"  # fp32 | fp16 | bf16
+    log_interval: int = 1
+    metrics_warmup_steps: int = 2  # excluded from the medians in summary.json
+
+
+@dataclass
+class LaunchConfig:
+    submit: bool = True
+    timeout_s: int = 3600
+    master_port: int | None = None
+    results_dir: str = "results"
+    fail_rank: int | None = None  # testing aid: this rank raises at fail_step
+    fail_step: int = 1
+
+
+@dataclass
+class Config:
+    experiment: str = "local_3d"
+    description: str = ""
+    runs: list[str] = field(default_factory=list)  # for a comparison: experiments run in order
+    task: TaskConfig = field(default_factory=TaskConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    zero: ZeroConfig = field(default_factory=ZeroConfig)
+    compression: CompressionConfig = field(default_factory=CompressionConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    launch: LaunchConfig = field(default_factory=LaunchConfig)
+
+
+class ConfigError(ValueError):
+    """A config that cannot run; the message names the value, the rule and the fix."""
+
+
+def to_structured(raw: DictConfig | dict) -> Config:
+    """Merge a composed config into the schema; unknown keys and bad types are errors."""
+    schema = OmegaConf.structured(Config)
+    try:
+        merged = OmegaConf.merge(schema, raw)
+    except ConfigKeyError as exc:
+        key = getattr(exc, "full_key", None) or str(exc)
+        raise ConfigError(
+            f"unknown config key '{key}': every key must be a field of the schema in "
+            f"neoxlab/config.py; fix the spelling or remove it"
+        ) from None
+    except ValidationError as exc:
+        key = getattr(exc, "full_key", "?")
+        raise ConfigError(
+            f"bad value for '{key}': {exc.msg if hasattr(exc, 'msg') else exc}; "
+            "give a value of the declared type"
+        ) from None
+    return OmegaConf.to_object(merged)  # type: ignore[return-value]
+
+
+def to_dict(cfg: Config) -> dict[str, Any]:
+    return OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)  # type: ignore[return-value]
+
+
+def from_dict(data: dict[str, Any]) -> Config:
+    return to_structured(OmegaConf.create(data))

@@ -1,0 +1,1 @@
+"""Launchers: local (mpiexec), lsf (bsub + jsrun), slurm (sbatch + srun)."""

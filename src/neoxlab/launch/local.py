@@ -1,0 +1,112 @@
+"""Run every rank on this machine with mpiexec; the job ends as soon as any rank fails.
+
+mpiexec (MPICH hydra, from the mpich wheel) kills the remaining ranks when one dies; we
+additionally kill the whole process group on exit, timeout or Ctrl-C so nothing is left.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from neoxlab import rundir
+from neoxlab.config import Config
+from neoxlab.launch.failure import diagnose
+from neoxlab.layout import world_size
+
+GRACE_S = 10
+
+
+def mpiexec_path() -> str:
+    beside = Path(sys.executable).with_name("mpiexec")
+    found = str(beside) if beside.exists() else shutil.which("mpiexec")
+    if not found:
+        raise FileNotFoundError("mpiexec not found: install the 'mpich' wheel (make install)")
+    return found
+
+
+def rank_environment(cfg: Config) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        OMP_NUM_THREADS=str(cfg.engine.torch_threads),
+        PYTHONUNBUFFERED="1",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(rundir.REPO_ROOT / "src"),
+                                                 env.get("PYTHONPATH")])),
+    )
+    if cfg.cluster.device == "cpu":
+        env["DS_ACCELERATOR"] = "cpu"
+    return env
+
+
+def rank_command(cfg: Config, run_dir: Path, module: str = "neoxlab.train") -> list[str]:
+    return [mpiexec_path(), "-n", str(world_size(cfg)), sys.executable, "-m", module, str(run_dir)]
+
+
+def _pump(stream, sinks, captured: list[str]) -> None:
+    """Copy the launcher's output to the terminal and launcher.log as it arrives."""
+    for chunk in iter(lambda: stream.read1(4096), b""):
+        text = chunk.decode(errors="replace")
+        captured.append(text)
+        for sink in sinks:
+            sink.write(text)
+            sink.flush()
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def launch(cfg: Config, run_dir: Path, module: str = "neoxlab.train") -> int:
+    """Run the job to its end; status.json ends completed or failed (with rank and error)."""
+    cmd = rank_command(cfg, run_dir, module)
+    captured: list[str] = []
+    log = (run_dir / "logs" / "launcher.log").open("a")
+    log.write(" ".join(cmd) + "\n")
+    started = time.time()
+    proc = subprocess.Popen(
+        cmd, env=rank_environment(cfg), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    pump = threading.Thread(target=_pump, args=(proc.stdout, [sys.stderr, log], captured))
+    pump.start()
+    reason = None
+    try:
+        code = proc.wait(timeout=cfg.launch.timeout_s)
+    except subprocess.TimeoutExpired:
+        reason = f"timed out after launch.timeout_s={cfg.launch.timeout_s} s"
+        _kill_group(proc)
+        code = proc.wait()
+    except KeyboardInterrupt:
+        reason = "interrupted (Ctrl-C)"
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            code = proc.wait(timeout=GRACE_S)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            code = proc.wait()
+    finally:
+        _kill_group(proc)  # hydra proxies or stray ranks must not outlive the job
+        pump.join(timeout=5)
+        log.close()
+    elapsed = round(time.time() - started, 3)
+    if code == 0 and reason is None:
+        status = rundir.read_json(run_dir / "status.json")
+        if status.get("state") != "completed":
+            rundir.set_status(run_dir, "completed", exit_code=0, elapsed_s=elapsed)
+        else:
+            rundir.set_status(run_dir, "completed", elapsed_s=elapsed)
+        return 0
+    fields = diagnose(run_dir, "".join(captured), code)
+    if reason is not None:
+        fields["error"] = f"{reason}; {fields['error']}"
+    rundir.set_status(run_dir, "failed", exit_code=code or 1, elapsed_s=elapsed, **fields)
+    return code or 1

@@ -1,0 +1,1 @@
+"""GPT-NeoX on megatron-core tensor-parallel layers, pipelined by DeepSpeed."""

@@ -1,0 +1,123 @@
+"""Run directories: readable unique ids, frozen inputs, provenance and status.
+
+A run dir is never overwritten, and every file is written atomically (temp + rename), so a
+crash leaves either the old file or the new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from neoxlab.config import Config, to_dict
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TRACKED_PACKAGES = (
+    "neoxlab", "torch", "deepspeed", "megatron-core", "mpi4py", "mpich", "hydra-core",
+    "omegaconf", "zfpy", "transformers", "wandb",
+)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def write_json(path: Path, data: Any) -> None:
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(path.read_text())
+
+
+def config_hash(cfg: Config) -> str:
+    blob = json.dumps(to_dict(cfg), sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:8]
+
+
+def run_id(cfg: Config, dp: int) -> str:
+    """Readable and sortable: time, layout, scheme and a hash of the resolved config."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    p = cfg.parallel
+    return (
+        f"{stamp}_tp{p.tp}-pp{p.pp}-dp{dp}_z{cfg.zero.stage}_{cfg.compression.scheme}"
+        f"_{config_hash(cfg)}"
+    )
+
+
+def create_run_dir(cfg: Config, dp: int, root: Path | None = None) -> Path:
+    """A new directory; a clash (same second, same config) gets a numeric suffix."""
+    base = (root or Path(cfg.launch.results_dir)) / cfg.experiment
+    base.mkdir(parents=True, exist_ok=True)
+    rid = run_id(cfg, dp)
+    for attempt in range(1000):
+        path = base / (rid if attempt == 0 else f"{rid}.{attempt}")
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        (path / "logs").mkdir()
+        return path
+    raise RuntimeError(f"could not create a unique run dir under {base}")
+
+
+def git_state() -> dict[str, Any]:
+    def git(*args: str) -> str:
+        out = subprocess.run(
+            ["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, check=False
+        )
+        return out.stdout.strip() if out.returncode == 0 else ""
+
+    sha = git("rev-parse", "HEAD")
+    return {"sha": sha or None, "dirty": bool(git("status", "--porcelain")) if sha else None}
+
+
+def package_versions() -> dict[str, str | None]:
+    versions: dict[str, str | None] = {}
+    for name in TRACKED_PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def provenance(world_size: int, argv: list[str] | None = None) -> dict[str, Any]:
+    return {
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "packages": package_versions(),
+        "git": git_state(),
+        "world_size": world_size,
+        "command": argv if argv is not None else sys.argv,
+    }
+
+
+def set_status(run_dir: Path, state: str, **fields: Any) -> dict[str, Any]:
+    """Update status.json; keeps earlier fields (e.g. started_at) and stamps this state."""
+    path = run_dir / "status.json"
+    status = read_json(path) if path.exists() else {}
+    status.update(fields)
+    status["state"] = state
+    status[f"{state}_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    write_json(path, status)
+    return status
+
+
+def load_config(run_dir: Path) -> Config:
+    from neoxlab.config import from_dict
+
+    return from_dict(read_json(run_dir / "config.json"))

@@ -1,0 +1,1 @@
+"""Per-rank training program of the builtin engine."""

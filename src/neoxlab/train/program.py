@@ -1,0 +1,149 @@
+"""What every rank runs: discover -> init distributed -> build engine -> train -> report.
+
+A rank that fails records its error in logs/rank<N>.error.json and aborts the whole MPI job,
+so no rank is left waiting in a collective.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import TextIO
+
+from neoxlab import dist, metrics, rundir
+from neoxlab.config import Config
+from neoxlab.layout import Layout, padded_vocab_size, resolve_layout
+
+
+class InjectedFailure(RuntimeError):
+    """Raised on purpose (launch.fail_rank) to test the failure path."""
+
+
+def redirect_output(run_dir: Path, rank: int) -> TextIO:
+    """Send this rank's stdout/stderr to logs/rank<N>.log; return the old terminal stream."""
+    terminal = os.fdopen(os.dup(2), "w", buffering=1)
+    log = (run_dir / "logs" / f"rank{rank}.log").open("a", buffering=1)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    return terminal
+
+
+def init_distributed(cfg: Config, layout: Layout):
+    """torch.distributed through DeepSpeed, then megatron-core's TP/PP groups."""
+    import deepspeed
+    import torch
+    from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
+    from megatron.core import parallel_state
+
+    backend = cfg.engine.backend
+    if backend == "auto":
+        backend = "nccl" if torch.cuda.is_available() and cfg.cluster.device != "cpu" else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False)
+    parallel_state.initialize_model_parallel(
+        tensor_model_parallel_size=layout.tp, pipeline_model_parallel_size=layout.pp
+    )
+    return PipeModelDataParallelTopology(num_pp=layout.pp, num_mp=layout.tp, num_dp=layout.dp)
+
+
+def build_engine(cfg: Config, layout: Layout, topology, ds_config: dict):
+    import deepspeed
+
+    from neoxlab.model.pipe import build_pipeline_model
+
+    model = build_pipeline_model(
+        cfg.model, topology, cfg.train.seed, cfg.parallel.activation_checkpointing,
+        cfg.parallel.partition_method,
+    )
+    params = [p for p in model.parameters() if p.requires_grad]
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=params, config=ds_config)
+    return engine
+
+
+def train(cfg: Config, run_dir: Path, rank: int, terminal: TextIO | None) -> None:
+    import torch
+
+    from neoxlab.data import TokenWindows, micro_batches
+    from neoxlab.train.reporting import StepReporter
+
+    torch.manual_seed(cfg.train.seed)
+    torch.set_num_threads(cfg.engine.torch_threads)
+    layout = resolve_layout(cfg)
+    topology = init_distributed(cfg, layout)
+    ds_config = json.loads((run_dir / "deepspeed.json").read_text())
+    engine = build_engine(cfg, layout, topology, ds_config)
+    windows = TokenWindows(cfg.data, cfg.model.seq_length)
+    dp_rank = topology.get_coord(rank).data
+
+    vocab = padded_vocab_size(cfg.model, layout.tp)
+    hardware_flops = metrics.flops_per_iteration(
+        cfg.model, layout.global_batch, vocab, cfg.parallel.activation_checkpointing
+    )
+    model_flops = metrics.flops_per_iteration(cfg.model, layout.global_batch, vocab, False)
+    reporter = StepReporter(cfg, run_dir, terminal) if rank == 0 else None
+    records = []
+    for step in range(1, cfg.train.steps + 1):
+        if cfg.launch.fail_rank == rank and step == cfg.launch.fail_step:
+            raise InjectedFailure(f"injected failure on rank {rank} at step {step}")
+        batches = micro_batches(
+            windows, step - 1, layout.global_batch, dp_rank, layout.micro_batch, layout.grad_accum
+        )
+        start = time.perf_counter()
+        loss = engine.train_batch(data_iter=batches)
+        elapsed = time.perf_counter() - start
+        if reporter is None:
+            continue
+        grad_norm = engine.get_global_grad_norm()
+        record = metrics.step_record(
+            step=step, iteration_s=elapsed, loss=float(loss), lr=engine.get_lr()[0],
+            grad_norm=None if grad_norm is None else float(grad_norm),
+            global_batch=layout.global_batch, seq_length=cfg.model.seq_length,
+            hardware_flops=hardware_flops, model_flops=model_flops,
+            world_size=layout.world_size, peak_tflops=cfg.cluster.peak_tflops,
+        )
+        reporter.report(record)
+        records.append(record)
+    if reporter is not None:
+        reporter.close()
+        summary = metrics.summarize(records, cfg.train.metrics_warmup_steps)
+        summary.update(
+            hardware_flops_per_iteration=hardware_flops, global_batch=layout.global_batch
+        )
+        rundir.write_json(run_dir / "summary.json", summary)
+    torch.distributed.barrier()
+
+
+def record_failure(run_dir: Path, rank: int, exc: BaseException) -> None:
+    error = {
+        "rank": rank,
+        "error": f"{type(exc).__name__}: {exc}",
+        "traceback": traceback.format_exc(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    rundir.write_json(run_dir / "logs" / f"rank{rank}.error.json", error)
+    print(error["traceback"], file=sys.stderr, flush=True)
+
+
+def main(run_dir: Path) -> int:
+    cfg = rundir.load_config(run_dir)
+    info = dist.discover(cfg.launch.master_port)
+    terminal = redirect_output(run_dir, info.rank)
+    try:
+        if info.rank == 0:
+            rundir.set_status(run_dir, "running", world_size=info.world_size)
+        train(cfg, run_dir, info.rank, terminal if info.rank == 0 else None)
+    except BaseException as exc:  # noqa: BLE001 - any failure must end the whole job
+        record_failure(run_dir, info.rank, exc)
+        error = f"{type(exc).__name__}: {exc}"
+        rundir.set_status(run_dir, "failed", failed_rank=info.rank, error=error)
+        dist.abort_job(1)
+    if info.rank == 0:
+        rundir.set_status(run_dir, "completed", exit_code=0)
+    return 0
