@@ -5,10 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
+from hydra.core.config_store import ConfigStore
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
 from neoxlab.config import Config, ConfigError, to_structured
+
+# The schema is the base of configs/config.yaml, so overrides of any schema field work even
+# when no YAML file sets it, and unknown keys fail during composition.
+ConfigStore.instance().store(name="neoxlab_schema", node=Config)
 from neoxlab.rundir import REPO_ROOT
 
 CONFIG_DIR = REPO_ROOT / "configs"
@@ -39,8 +44,9 @@ def compose_experiment(name: str, overrides: list[str] | None = None) -> Config:
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
             raw = compose(config_name="config", overrides=args)
     except HydraException as exc:
+        cause = f" ({exc.__cause__})" if exc.__cause__ else ""
         raise ConfigError(
-            f"cannot compose experiment '{name}' with overrides {overrides or []}: {exc}; "
+            f"cannot compose experiment '{name}' with overrides {overrides or []}: {exc}{cause}; "
             "check the override keys (key=value, +key=value to add) and config group names"
         ) from None
     container = OmegaConf.to_container(raw, resolve=True)

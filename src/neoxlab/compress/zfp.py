@@ -78,16 +78,16 @@ class Zfp(Compressor):
 
         if finite_absmax(flat) is None:
             return None
+        n4 = flat.numel() // _ROW * _ROW
+        if n4 == 0:
+            return None  # fewer than 4 values: raw is smaller than any ZFP stream
         device = flat.device
         if device.type != "cpu":
             self.stats.staged_to_host += 1
         host = flat.to("cpu", torch.float32)
-        n4 = host.numel() // _ROW * _ROW
-        stream = b""
-        if n4:
-            stream = zfpy.compress_numpy(host[:n4].view(-1, _ROW).numpy(), rate=self.rate)
-        if n4 and len(stream) >= 4 * n4:
-            return None  # no gain (tiny message or rate 32)
+        stream = zfpy.compress_numpy(host[:n4].view(-1, _ROW).numpy(), rate=self.rate)
+        if len(stream) >= 4 * n4:
+            return None  # no gain (small message or rate 32)
         tail = host[n4:].view(torch.uint8)
         buf = hdr.join(torch.frombuffer(bytearray(stream), dtype=torch.uint8), tail)
         return buf.to(device) if device.type != "cpu" else buf

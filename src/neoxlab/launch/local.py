@@ -17,10 +17,11 @@ from pathlib import Path
 
 from neoxlab import rundir
 from neoxlab.config import Config
-from neoxlab.launch.failure import diagnose
+from neoxlab.launch.failure import RankWatch, diagnose
 from neoxlab.layout import world_size
 
 GRACE_S = 10
+POLL_S = 0.2
 
 
 def mpiexec_path() -> str:
@@ -65,6 +66,17 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
+def _wait(proc: subprocess.Popen, watch: RankWatch, deadline: float) -> int | None:
+    """The job's exit code, or None at the deadline; watches which rank dies first."""
+    while time.time() < deadline:
+        watch.poll()
+        try:
+            return proc.wait(timeout=POLL_S)
+        except subprocess.TimeoutExpired:
+            continue
+    return None
+
+
 def launch(cfg: Config, run_dir: Path, module: str = "neoxlab.train") -> int:
     """Run the job to its end; status.json ends completed or failed (with rank and error)."""
     cmd = rank_command(cfg, run_dir, module)
@@ -79,12 +91,13 @@ def launch(cfg: Config, run_dir: Path, module: str = "neoxlab.train") -> int:
     pump = threading.Thread(target=_pump, args=(proc.stdout, [sys.stderr, log], captured))
     pump.start()
     reason = None
+    watch = RankWatch(run_dir)
     try:
-        code = proc.wait(timeout=cfg.launch.timeout_s)
-    except subprocess.TimeoutExpired:
-        reason = f"timed out after launch.timeout_s={cfg.launch.timeout_s} s"
-        _kill_group(proc)
-        code = proc.wait()
+        code = _wait(proc, watch, started + cfg.launch.timeout_s)
+        if code is None:
+            reason = f"timed out after launch.timeout_s={cfg.launch.timeout_s} s"
+            _kill_group(proc)
+            code = proc.wait()
     except KeyboardInterrupt:
         reason = "interrupted (Ctrl-C)"
         os.killpg(proc.pid, signal.SIGINT)
@@ -105,7 +118,7 @@ def launch(cfg: Config, run_dir: Path, module: str = "neoxlab.train") -> int:
         else:
             rundir.set_status(run_dir, "completed", elapsed_s=elapsed)
         return 0
-    fields = diagnose(run_dir, "".join(captured), code)
+    fields = diagnose(run_dir, "".join(captured), code, watch.first_dead)
     if reason is not None:
         fields["error"] = f"{reason}; {fields['error']}"
     rundir.set_status(run_dir, "failed", exit_code=code or 1, elapsed_s=elapsed, **fields)

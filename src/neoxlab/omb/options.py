@@ -93,7 +93,7 @@ class OmbOptions:
 def default_size_range(opts: OmbOptions) -> tuple[int, int]:
     """OSU ranges: pt2pt 0 B..4 MiB, collectives 1 B (4 B reductions)..1 MiB, >= one element."""
     if opts.is_pt2pt:
-        return 0, 4 << 20
+        return (DTYPES[opts.dtype_name].itemsize if opts.compress else 0), 4 << 20
     item = DTYPES[opts.dtype_name].itemsize if opts.dtype_name in DTYPES else 1
     low = 4 if opts.benchmark in REDUCTIONS else 1
     return max(low, item), 1 << 20
@@ -145,17 +145,15 @@ def check_options(opts: OmbOptions, world_size: int) -> None:
     def bad(value: str, rule: str, fix: str) -> None:
         errs.append(f"{value}: {rule}; {fix}")
 
-    if opts.benchmark not in BENCHMARKS:
-        bad(f"benchmark {opts.benchmark!r}", "unknown benchmark",
-            f"choose one of {', '.join(BENCHMARKS)}")
-    if opts.buffer not in BUFFERS:
-        bad(f"--buffer {opts.buffer!r}", "unknown buffer", f"choose one of {', '.join(BUFFERS)}")
-    if opts.backend not in BACKENDS:
-        bad(f"--backend {opts.backend!r}", "unknown backend", f"choose one of {', '.join(BACKENDS)}")
-    if opts.fmt not in FORMATS:
-        bad(f"--format {opts.fmt!r}", "unknown format", f"choose one of {', '.join(FORMATS)}")
-    if opts.dtype_name not in DTYPES:
-        bad(f"--dtype {opts.dtype_name!r}", "unknown datatype", f"choose one of {', '.join(DTYPES)}")
+    for flag, value, allowed, what in (
+        ("benchmark", opts.benchmark, BENCHMARKS, "benchmark"),
+        ("--buffer", opts.buffer, BUFFERS, "buffer"),
+        ("--backend", opts.backend, BACKENDS, "backend"),
+        ("--format", opts.fmt, FORMATS, "format"),
+        ("--dtype", opts.dtype_name, tuple(DTYPES), "datatype"),
+    ):
+        if value not in allowed:
+            bad(f"{flag} {value!r}", f"unknown {what}", f"choose one of {', '.join(allowed)}")
     if errs:
         raise OptionError("\n".join(errs))
 
@@ -165,7 +163,8 @@ def check_options(opts: OmbOptions, world_size: int) -> None:
     if opts.warmup is not None and opts.warmup < 0:
         bad(f"-x {opts.warmup}", "warm-up iterations cannot be negative", "pass -x 0 or more")
     if opts.window < 1:
-        bad(f"--window {opts.window}", "the window must hold at least one message", "pass 1 or more")
+        bad(f"--window {opts.window}", "the window must hold at least one message",
+            "pass -W 1 or more")
     _check_world(opts, world_size, bad)
     if opts.backend == "torch" and opts.buffer not in TORCH_BUFFERS:
         bad(f"--buffer {opts.buffer} with --backend torch",
@@ -215,6 +214,10 @@ def _check_compress(opts: OmbOptions, bad) -> None:
     if opts.dtype_name not in FLOAT_DTYPES:
         bad(f"--compress with --dtype {opts.dtype_name}", "compressors take float data",
             "use --dtype float or double")
+    elif size_range(opts)[0] < DTYPES[opts.dtype_name].itemsize:
+        bad(f"minimum message size {size_range(opts)[0]} B with --compress",
+            "a compressed message holds at least one element",
+            f"use -m {DTYPES[opts.dtype_name].itemsize}:{size_range(opts)[1]}")
 
 
 def parse_size_range(text: str) -> tuple[int | None, int]:

@@ -135,6 +135,8 @@ def main(run_dir: Path) -> int:
     cfg = rundir.load_config(run_dir)
     info = dist.discover(cfg.launch.master_port)
     terminal = redirect_output(run_dir, info.rank)
+    logs = run_dir / "logs"
+    rundir.write_atomic(logs / f"rank{info.rank}.pid", str(os.getpid()))
     try:
         if info.rank == 0:
             rundir.set_status(run_dir, "running", world_size=info.world_size)
@@ -144,6 +146,7 @@ def main(run_dir: Path) -> int:
         error = f"{type(exc).__name__}: {exc}"
         rundir.set_status(run_dir, "failed", failed_rank=info.rank, error=error)
         dist.abort_job(1)
+    rundir.write_atomic(logs / f"rank{info.rank}.done", "")
     if info.rank == 0:
         rundir.set_status(run_dir, "completed", exit_code=0)
     return 0

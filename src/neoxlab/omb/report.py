@@ -1,0 +1,185 @@
+"""Rows and their output: OSU-layout tables (so existing OSU parsers read them), CSV, JSON.
+
+Bandwidth conventions: OSU's MB/s for bw/bibw (MB = 10^6 B); nccl-tests' algbw = bytes /
+time and busbw = algbw x factor for collectives (GB = 10^9 B), with bytes the whole buffer a
+rank ends up with (size x ranks for allgather, alltoall, gather and scatter).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import asdict, dataclass
+
+from .options import DTYPES, OSU_VERSION, REDUCTIONS, OmbOptions
+
+SIZE_WIDTH, FIELD_WIDTH = 10, 20
+BLOCKED = ("allgather", "alltoall", "gather", "scatter")  # size is per rank block
+
+TITLES = {
+    "latency": "Latency", "multi_lat": "Multi Latency", "bw": "Bandwidth",
+    "bibw": "Bi-Directional Bandwidth", "allreduce": "Allreduce Latency",
+    "allgather": "Allgather Latency", "alltoall": "All-to-All Personalized Exchange Latency",
+    "bcast": "Broadcast Latency", "barrier": "Barrier Latency", "gather": "Gather Latency",
+    "reduce": "Reduce Latency", "reduce_scatter": "Reduce_scatter Latency",
+    "scatter": "Scatter Latency",
+}
+
+
+@dataclass
+class Row:
+    """One message size, aggregated over ranks (avg/min/max of each rank's average time).
+
+    Compressed runs: avg_us is the effective time (compression included); algbw/busbw are
+    on the bytes on the wire, effective_busbw_GBps on the uncompressed bytes.
+    """
+
+    size: int
+    avg_us: float
+    min_us: float
+    max_us: float
+    iterations: int
+    ranks: int
+    algbw_GBps: float | None = None
+    busbw_GBps: float | None = None
+    bandwidth_MBps: float | None = None  # bw and bibw only
+    validation: str | None = None  # "Pass" / "Fail" with --validate
+    compression_ratio: float | None = None
+    effective_busbw_GBps: float | None = None
+
+
+def busbw_factor(benchmark: str, n: int) -> float | None:
+    """nccl-tests bus-bandwidth factors; None where no data moves (barrier)."""
+    if benchmark == "barrier":
+        return None
+    if benchmark == "allreduce":
+        return 2 * (n - 1) / n
+    if benchmark in ("allgather", "reduce_scatter", "alltoall", "gather", "scatter"):
+        return (n - 1) / n
+    return 1.0  # bcast, reduce and point-to-point
+
+
+def algbw_bytes(benchmark: str, size: int, n: int) -> int:
+    return size * n if benchmark in BLOCKED else size
+
+
+def make_row(opts: OmbOptions, size: int, ranks: int, avg_us: float, min_us: float,
+             max_us: float, iterations: int, ok: bool | None = None,
+             ratio: float | None = None) -> Row:
+    row = Row(size, avg_us, min_us, max_us, iterations, ranks)
+    if ok is not None:
+        row.validation = "Pass" if ok else "Fail"
+    factor = busbw_factor(opts.benchmark, ranks)
+    if factor is None or avg_us <= 0:
+        return row
+    if opts.benchmark in ("bw", "bibw"):
+        moved = size * (2 if opts.benchmark == "bibw" else 1)
+        row.bandwidth_MBps = moved / avg_us  # bytes per microsecond == 10^6 bytes per second
+        row.algbw_GBps = row.busbw_GBps = row.bandwidth_MBps / 1e3
+        return row
+    alg = algbw_bytes(opts.benchmark, size, ranks) / avg_us / 1e3
+    row.algbw_GBps, row.busbw_GBps = alg, alg * factor
+    if ratio is not None:
+        row.compression_ratio = ratio
+        row.effective_busbw_GBps = row.busbw_GBps
+        if ratio > 0:
+            row.algbw_GBps, row.busbw_GBps = alg / ratio, alg * factor / ratio
+    return row
+
+
+def datatype_name(opts: OmbOptions) -> str:
+    dt = DTYPES[opts.dtype_name]
+    return "MPI_" + (dt.mpi_reduce if opts.benchmark in REDUCTIONS else dt.mpi)
+
+
+def columns(opts: OmbOptions) -> list[str]:
+    """Value columns after Size, in OSU order, then neoxlab's additions, Validation last."""
+    bandwidth = opts.benchmark in ("bw", "bibw")
+    cols = ["Bandwidth (MB/s)"] if bandwidth else ["Avg Latency(us)"]
+    if opts.full:
+        cols += ([] if bandwidth else ["Min Latency(us)", "Max Latency(us)"]) + ["Iterations"]
+    if opts.compress:
+        cols += ["Compression Ratio", "Eff BusBW(GB/s)"]
+    if opts.validate:
+        cols += ["Validation"]
+    return cols
+
+
+def _cells(row: Row, opts: OmbOptions) -> list[str]:
+    values = {
+        "Bandwidth (MB/s)": row.bandwidth_MBps, "Avg Latency(us)": row.avg_us,
+        "Min Latency(us)": row.min_us, "Max Latency(us)": row.max_us,
+        "Iterations": row.iterations, "Compression Ratio": row.compression_ratio,
+        "Eff BusBW(GB/s)": row.effective_busbw_GBps, "Validation": row.validation,
+    }
+    out = []
+    for col in columns(opts):
+        v = values[col]
+        if isinstance(v, float):
+            out.append(f"{v:>{FIELD_WIDTH}.2f}")
+        else:
+            out.append(f"{'-' if v is None else v:>{FIELD_WIDTH}}")
+    return out
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("neoxlab")
+    except Exception:  # not installed (source checkout on sys.path)
+        return "dev"
+
+
+def table_header(opts: OmbOptions, ranks: int) -> str:
+    title = f"# OSU MPI {TITLES.get(opts.benchmark, opts.benchmark)} Test v{OSU_VERSION}"
+    about = (f"# neoxlab {_version()} omb: backend {opts.backend}, buffer {opts.buffer}, "
+             f"{ranks} ranks" + (f", compress {opts.compress}" if opts.compress else ""))
+    cols = columns(opts)
+    if opts.benchmark == "barrier":
+        head = "# " + cols[0] + "".join(f"{c:>{FIELD_WIDTH}}" for c in cols[1:])
+    else:
+        head = f"{'# Size':<{SIZE_WIDTH}}" + "".join(f"{c:>{FIELD_WIDTH}}" for c in cols)
+    return "\n".join([title, about, f"# Datatype: {datatype_name(opts)}.", head])
+
+
+def table_row(row: Row, opts: OmbOptions) -> str:
+    cells = "".join(_cells(row, opts))
+    return cells if opts.benchmark == "barrier" else f"{row.size:<{SIZE_WIDTH}}{cells}"
+
+
+def _record(row: Row, opts: OmbOptions) -> dict:
+    rec = asdict(row)
+    del rec["ranks"]
+    if not opts.compress:
+        del rec["compression_ratio"], rec["effective_busbw_GBps"]
+    return rec
+
+
+def format_rows(rows: list[Row], fmt: str, options: OmbOptions) -> str:
+    """The whole result as an OSU table, CSV (one line per size) or one JSON object."""
+    ranks = rows[0].ranks if rows else 0
+    if fmt == "table":
+        return "\n".join([table_header(options, ranks)] + [table_row(r, options) for r in rows])
+    if fmt == "csv":
+        buf = io.StringIO()
+        recs = [_record(r, options) for r in rows]
+        meta = {"benchmark": options.benchmark, "backend": options.backend,
+                "buffer": options.buffer, "dtype": options.dtype_name, "world_size": ranks}
+        fields = list(meta) + list(recs[0] if recs else _record(Row(0, 0, 0, 0, 0, 0), options))
+        writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
+        writer.writeheader()
+        for rec in recs:
+            writer.writerow({**meta, **{k: ("" if v is None else v) for k, v in rec.items()}})
+        return buf.getvalue().rstrip("\n")
+    if fmt == "json":
+        return json.dumps({
+            "tool": f"neoxlab {_version()}", "osu_version": OSU_VERSION,
+            "benchmark": options.benchmark, "backend": options.backend,
+            "buffer": options.buffer, "dtype": options.dtype_name,
+            "datatype": datatype_name(options), "world_size": ranks,
+            "compress": options.compress, "validate": options.validate,
+            "rows": [_record(r, options) for r in rows],
+        }, indent=2)
+    raise ValueError(f"format {fmt!r}: unknown output format; use table, csv or json")

@@ -1,0 +1,44 @@
+"""Helpers to run the harness as a user would (a subprocess), with a hard timeout."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO_ROOT
+
+
+def run_experiment(
+    experiment: str, results_dir: Path, *overrides: str, timeout: float = 240
+) -> tuple[subprocess.CompletedProcess, Path]:
+    cmd = [sys.executable, "-m", "neoxlab", f"experiment={experiment}",
+           f"launch.results_dir={results_dir}", "logger.wandb=disabled", *overrides]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout)
+    run_dirs = sorted((results_dir / experiment).iterdir())
+    assert run_dirs, f"no run dir created:\n{proc.stdout}\n{proc.stderr}"
+    return proc, run_dirs[-1]
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def read_status(run_dir: Path) -> dict:
+    return json.loads((run_dir / "status.json").read_text())
+
+
+def processes_of(run_dir: Path) -> list:
+    """Live processes whose command line names this run dir (ranks, proxies)."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if any(str(run_dir) in part for part in proc.info["cmdline"] or []):
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found

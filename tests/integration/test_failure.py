@@ -1,0 +1,94 @@
+"""A failing or killed rank ends the whole job fast, with the rank and error recorded."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from tests.conftest import REPO_ROOT
+from tests.integration.harness import processes_of, read_status, run_experiment
+
+END_WITHIN_S = 60
+
+
+def test_rank_that_raises_fails_the_job(results_dir):
+    start = time.monotonic()
+    proc, run_dir = run_experiment(
+        "local_3d", results_dir, "train.steps=50", "launch.fail_rank=3", "launch.fail_step=2"
+    )
+    assert proc.returncode != 0
+    status = read_status(run_dir)
+    assert status["state"] == "failed"
+    assert status["failed_rank"] == 3
+    assert "InjectedFailure" in status["error"]
+    assert "rank 3" in proc.stdout
+    assert (run_dir / "logs" / "rank3.error.json").exists()
+    assert not processes_of(run_dir)
+    assert time.monotonic() - start < 120  # start-up included; the failure itself is quick
+
+
+def _start(results_dir, steps=400):
+    cmd = [sys.executable, "-m", "neoxlab", "experiment=local_3d", "logger.wandb=disabled",
+           f"launch.results_dir={results_dir}", f"train.steps={steps}"]
+    return subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def _wait_for_training(results_dir, launcher, timeout=180):
+    """Poll until rank 0 has logged a step: the job is past start-up and training."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        runs = list((results_dir / "local_3d").glob("*/metrics.jsonl"))
+        if runs and runs[0].read_text().count("\n") >= 1:
+            return runs[0].parent
+        assert launcher.poll() is None, launcher.stdout.read()
+        time.sleep(0.5)
+    pytest.fail("training did not start in time")
+
+
+def _rank_process(run_dir, rank):
+    for proc in processes_of(run_dir):
+        try:
+            if "neoxlab.train" in proc.cmdline() and proc.environ().get("PMI_RANK") == str(rank):
+                return proc
+        except psutil.NoSuchProcess:
+            continue
+    pytest.fail(f"rank {rank} process not found")
+
+
+def test_killed_rank_fails_the_job_within_bound(results_dir):
+    launcher = _start(results_dir)
+    try:
+        run_dir = _wait_for_training(results_dir, launcher)
+        _rank_process(run_dir, 5).send_signal(signal.SIGKILL)
+        killed_at = time.monotonic()
+        launcher.wait(timeout=END_WITHIN_S + 30)
+        assert time.monotonic() - killed_at < END_WITHIN_S
+    finally:
+        launcher.kill()
+    assert launcher.returncode != 0
+    status = read_status(run_dir)
+    assert status["state"] == "failed"
+    assert status["failed_rank"] == 5, status
+    assert "rank 5 died" in status["error"], status
+    assert not processes_of(run_dir)
+
+
+def test_ctrl_c_stops_every_rank(results_dir):
+    launcher = _start(results_dir)
+    try:
+        run_dir = _wait_for_training(results_dir, launcher)
+        os.kill(launcher.pid, signal.SIGINT)
+        launcher.wait(timeout=END_WITHIN_S)
+    finally:
+        launcher.kill()
+    status = read_status(run_dir)
+    assert status["state"] == "failed"
+    assert "interrupted" in status["error"]
+    assert not processes_of(run_dir)

@@ -1,0 +1,43 @@
+"""Every experiment file composes and validates; cluster-only ones plan without launching."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from neoxlab.__main__ import main
+from neoxlab.compose import list_experiments
+
+
+@pytest.mark.parametrize("name", list_experiments())
+def test_experiment_plans_without_launching(name, results_dir):
+    code = main([f"experiment={name}", "launch.submit=false",
+                 f"launch.results_dir={results_dir}"])
+    assert code == 0
+    (run_dir,) = (results_dir / name).iterdir()
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "planned"
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["experiment"] == name
+    assert (run_dir / "provenance.json").exists()
+
+
+def test_unknown_experiment_lists_the_known_ones(capsys):
+    assert main(["experiment=no_such_thing"]) == 2
+    err = capsys.readouterr().err
+    assert "no_such_thing" in err and "local_3d" in err
+
+
+def test_cluster_experiment_is_not_submitted_without_its_scheduler(results_dir, capsys):
+    code = main(["experiment=baseline_192gpu", f"launch.results_dir={results_dir}"])
+    assert code == 2
+    assert "bsub" in capsys.readouterr().err
+    assert not any(results_dir.rglob("*"))
+
+
+def test_run_dirs_are_never_reused(results_dir):
+    for _ in range(2):
+        assert main(["experiment=local_3d", "launch.submit=false",
+                     f"launch.results_dir={results_dir}"]) == 0
+    assert len(list((results_dir / "local_3d").iterdir())) == 2
