@@ -10,11 +10,11 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
 from neoxlab.config import Config, ConfigError, to_structured
+from neoxlab.rundir import REPO_ROOT
 
 # The schema is the base of configs/config.yaml, so overrides of any schema field work even
 # when no YAML file sets it, and unknown keys fail during composition.
 ConfigStore.instance().store(name="neoxlab_schema", node=Config)
-from neoxlab.rundir import REPO_ROOT
 
 CONFIG_DIR = REPO_ROOT / "configs"
 EXPERIMENT_DIR = REPO_ROOT / "experiments"

@@ -223,16 +223,17 @@ def test_mpc_incompressible_falls_back_to_raw() -> None:
 
 
 def test_mpc_transpose_is_a_bit_matrix_transpose() -> None:
-    from neoxlab.compress.mpc import transpose_bits
+    from neoxlab.compress.mpc import transpose_planes
 
     for idt, w in [(torch.int16, 16), (torch.int32, 32), (torch.int64, 64)]:
         info = torch.iinfo(idt)
-        words = torch.randint(info.min, info.max, (3 * w,), dtype=idt)
+        z = torch.randint(info.min, info.max, (w, 5), dtype=idt)  # 5 chunks, plane-major
         pos = torch.arange(w, dtype=torch.int64)
-        before = (words.view(-1, w, 1).long() >> pos) & 1  # [chunk, word, bit]
-        after = transpose_bits(words.clone())
-        got = (after.view(-1, w, 1).long() >> pos) & 1
+        before = (z.t().reshape(5, w, 1).long() >> pos) & 1  # [chunk, word, bit]
+        after = transpose_planes(z.clone())
+        got = (after.t().reshape(5, w, 1).long() >> pos) & 1
         assert torch.equal(got, before.transpose(1, 2))
+        assert torch.equal(transpose_planes(after.clone()), z)
 
 
 # -- edge cases ------------------------------------------------------------------------------

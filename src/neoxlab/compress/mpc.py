@@ -16,10 +16,14 @@ round-trips exactly:
 4. zero-word elimination: a bitmap with one bit per word (LSB first) marks the non-zero
               words; only those are stored.
 
-Body: bitmap (padded to 8 bytes), then the non-zero words. The tail chunk is zero-padded.
-Work is done in slices of ~256 Ki words so temporaries stay in cache. Incompressible
-messages (body >= raw, e.g. random bits) pass through raw. Decode runs the steps
-backwards (the transposition is its own inverse; the delta is undone by a strided
+Layout: words are processed in slices of SLICE_WORDS (2^16, part of the wire format);
+inside a slice the transposed words are stored plane-major - all chunks' plane 0, then
+plane 1, ... (a W x chunks matrix) - so every butterfly stage is a long contiguous
+vector op instead of a short strided one (about 5x faster on one CPU thread), and the
+work stays in cache. Body: bitmap over all (padded) words in that order, padded to 8
+bytes, then the non-zero words. The tail chunk is zero-padded. Incompressible messages
+(body >= raw, e.g. random bits or most gradients) pass through raw. Decode runs the
+steps backwards (the transposition is its own inverse; the delta is undone by a strided
 cumulative sum).
 """
 
@@ -38,7 +42,7 @@ from neoxlab.compress.base import (
 from neoxlab.compress.registry import register
 
 _WORD = {2: torch.int16, 4: torch.int32, 8: torch.int64}
-_SLICE_WORDS = 1 << 18  # words per slice of work; a multiple of every chunk size
+SLICE_WORDS = 1 << 16  # wire format constant: a multiple of every chunk size (16, 32, 64)
 _BIT_WEIGHTS = 0x0102040810204080  # gathers 8 one-byte flags into the top byte
 
 
@@ -59,26 +63,25 @@ def _stages(width: int) -> list[tuple[int, int]]:
 _STAGES = {w: _stages(w) for w in (16, 32, 64)}
 
 
-def transpose_bits(words: torch.Tensor, scratch: torch.Tensor | None = None) -> torch.Tensor:
-    """In-place WxW bit-matrix transpose of each chunk of W consecutive W-bit words.
-
-    After it, bit r of word k of a chunk is what was bit k of word r. Stage j swaps the
-    (j x j) off-diagonal blocks: high-column bits of row r with low-column bits of row
-    r + j. Arithmetic right shifts are harmless: the sign copies land in masked-off bits.
-    """
-    width = words.element_size() * 8
-    n = words.numel()
-    if scratch is None or scratch.numel() < n // 2:
-        scratch = torch.empty(n // 2, dtype=words.dtype, device=words.device)
+def transpose_planes(z: torch.Tensor, scratch: torch.Tensor | None = None) -> torch.Tensor:
+    """In-place W x W bit-matrix transpose of every chunk; z is (W, chunks), contiguous,
+    column c holding the W words of chunk c. Afterwards bit r of z[k, c] is what was bit k
+    of z[r, c]. Stage j swaps the off-diagonal (j x j) blocks: the high-column bits of row
+    r with the low-column bits of row r + j. Arithmetic right shifts are harmless: the sign
+    copies land in masked-off bits."""
+    width, nch = z.shape
+    half = width * nch // 2
+    if scratch is None or scratch.numel() < half:
+        scratch = torch.empty(half, dtype=z.dtype, device=z.device)
     for j, mask in _STAGES[width]:
-        v = words.view(-1, 2, j)  # rows r (bit j clear) and r + j of each 2j group
-        a, b = v[:, 0], v[:, 1]
-        t = scratch[: n // 2].view(-1, j)
+        v = z.view(width // (2 * j), 2, j, nch)
+        a, b = v[:, 0], v[:, 1]  # rows with bit j clear / set
+        t = scratch[:half].view(width // (2 * j), j, nch)
         torch.bitwise_right_shift(a, j, out=t)
         t.bitwise_xor_(b).bitwise_and_(mask)
         b.bitwise_xor_(t)
         a.bitwise_xor_(t.bitwise_left_shift_(j))
-    return words
+    return z
 
 
 def _pack_flags(nz: torch.Tensor) -> torch.Tensor:
@@ -90,6 +93,12 @@ def _pack_flags(nz: torch.Tensor) -> torch.Tensor:
 def _unpack_flags(bits: torch.Tensor) -> torch.Tensor:
     shifts = torch.arange(8, dtype=torch.uint8, device=bits.device)
     return ((bits.unsqueeze(1) >> shifts) & 1).view(-1).view(torch.bool)
+
+
+def _sizes(n: int, width: int) -> tuple[int, int]:
+    """(padded word count, bitmap bytes padded to 8)."""
+    npad = -(-n // width) * width
+    return npad, -(-npad // 64) * 8
 
 
 @register("mpc", cid=8)
@@ -119,95 +128,92 @@ class Mpc(Compressor):
 
     # -- encode ------------------------------------------------------------------------
     def _encode(self, flat: torch.Tensor, hdr: Header) -> torch.Tensor | None:
-        wdt = _WORD[flat.element_size()]
-        width = flat.element_size() * 8
+        size = flat.element_size()
+        wdt, width = _WORD[size], size * 8
         w = flat.view(wdt)
-        n, dim = w.numel(), self.dim
-        npad = -(-n // width) * width
-        nbits = -(-npad // 64) * 8  # bitmap bytes, padded to 8
-        raw = n * flat.element_size()
-        bitmap = torch.empty(nbits, dtype=torch.uint8, device=w.device)
-        words = torch.empty(n, dtype=wdt, device=w.device)  # non-zero words, compacted
-        step = min(_SLICE_WORDS, npad)
-        z = torch.empty(step, dtype=wdt, device=w.device)
-        t = torch.empty(step, dtype=wdt, device=w.device)
-        nzb = torch.empty(step, dtype=torch.bool, device=w.device)
+        n, dim, dev = w.numel(), self.dim, w.device
+        npad, nbits = _sizes(n, width)
+        budget = n * size - nbits  # the non-zero words must fit in less than this
+        bitmap = torch.zeros(nbits, dtype=torch.uint8, device=dev)
+        words = torch.empty(n, dtype=wdt, device=dev)  # non-zero words, compacted
+        step = min(SLICE_WORDS, npad)
+        z, t = (torch.empty(step, dtype=wdt, device=dev) for _ in range(2))
+        nzb = torch.empty(step, dtype=torch.bool, device=dev)
         kept = 0
         for s in range(0, npad, step):
             m = min(step, npad - s)
-            e = min(s + m, n)  # real words in this slice end here
-            zs, ts, nzs = z[:m], t[:m], nzb[:m]
-            _delta(w, s, e, dim, zs)
-            if e - s < m:
-                zs[e - s:].zero_()
-            # zigzag
-            torch.bitwise_right_shift(zs, width - 1, out=ts)
-            zs.bitwise_left_shift_(1).bitwise_xor_(ts)
-            transpose_bits(zs, ts)
-            torch.ne(zs, 0, out=nzs)
-            cnt = int(nzs.sum())
-            if kept + cnt > n or kept * flat.element_size() + nbits >= raw:
+            zs, nz = z[:m], nzb[:m]
+            zm = zs.view(width, m // width)
+            _delta_planes(w, s, m, dim, zm, t)
+            torch.bitwise_right_shift(zs, width - 1, out=t[:m])  # zigzag
+            zs.bitwise_left_shift_(1).bitwise_xor_(t[:m])
+            transpose_planes(zm, t)
+            torch.ne(zs, 0, out=nz)
+            cnt = int(nz.sum())
+            if (kept + cnt) * size >= budget:
                 return None  # incompressible: the caller sends it raw
-            bitmap[s // 8: (s + m) // 8].copy_(_pack_flags(nzs))
-            torch.masked_select(zs, nzs, out=words[kept: kept + cnt])
+            bitmap[s // 8: (s + m) // 8].copy_(_pack_flags(nz))
+            torch.masked_select(zs, nz, out=words[kept: kept + cnt])
             kept += cnt
-        body_n = nbits + kept * flat.element_size()
-        if body_n >= raw:
-            return None
-        if npad // 8 < nbits:
-            bitmap[npad // 8:].zero_()
         return hdr.join(bitmap, words[:kept].view(torch.uint8))
 
     # -- decode ------------------------------------------------------------------------
     def _decode(self, body: torch.Tensor, hdr: Header) -> torch.Tensor:
         size = hdr.dtype.itemsize
-        if size not in _WORD:
+        if size not in _WORD or hdr.dtype not in self.dtypes:
             raise WireFormatError(f"mpc cannot hold dtype {hdr.dtype}")
         wdt, width = _WORD[size], size * 8
-        n, dim = hdr.numel, hdr.param
+        n, dim, dev = hdr.numel, hdr.param, body.device
         if dim < 1:
             raise WireFormatError(f"mpc header has dim={dim}; corrupt buffer")
-        npad = -(-n // width) * width
-        nbits = -(-npad // 64) * 8
+        npad, nbits = _sizes(n, width)
         if body.numel() < nbits or (body.numel() - nbits) % size:
             raise WireFormatError(f"mpc body of {body.numel()} bytes is malformed")
         bitmap = body[:nbits]
         vals = view_as(body[nbits:], wdt)
-        out = torch.empty(-(-n // dim) * dim, dtype=wdt, device=body.device)
-        step = min(_SLICE_WORDS, npad)
-        z = torch.empty(step, dtype=wdt, device=body.device)
-        t = torch.empty(step, dtype=wdt, device=body.device)
+        out = torch.empty(max(npad, -(-n // dim) * dim), dtype=wdt, device=dev)
+        step = min(SLICE_WORDS, npad)
+        z, t = (torch.empty(step, dtype=wdt, device=dev) for _ in range(2))
         used = 0
         for s in range(0, npad, step):
             m = min(step, npad - s)
-            nzs = _unpack_flags(bitmap[s // 8: (s + m) // 8])
-            cnt = int(nzs.sum())
+            nz = _unpack_flags(bitmap[s // 8: (s + m) // 8])
+            cnt = int(nz.sum())
             if used + cnt > vals.numel():
                 raise WireFormatError("mpc bitmap marks more words than the body holds")
             zs = z[:m].zero_()
-            zs.masked_scatter_(nzs, vals[used: used + cnt])
+            zs.masked_scatter_(nz, vals[used: used + cnt])
             used += cnt
-            transpose_bits(zs, t)
+            transpose_planes(zs.view(width, m // width), t)
             # un-zigzag: d = (z >>> 1) ^ -(z & 1)
             ts = t[:m]
             torch.bitwise_and(zs, 1, out=ts).neg_()
             zs.bitwise_right_shift_(1).bitwise_and_((1 << (width - 1)) - 1).bitwise_xor_(ts)
-            e = min(s + m, n)
-            out[s:e].copy_(zs[: e - s])
+            out[s: s + m].view(m // width, width).copy_(zs.view(width, m // width).t())
         if used != vals.numel():
             raise WireFormatError("mpc body holds more words than its bitmap marks")
-        out[n:].zero_()
         # undo the delta: a cumulative sum over each of the dim interleaved streams
-        out.view(-1, dim).cumsum_(0)
+        m = -(-n // dim) * dim
+        out[n:m].zero_()
+        out[:m].view(-1, dim).cumsum_(0)
         return out[:n].view(hdr.dtype)
 
 
-def _delta(w: torch.Tensor, s: int, e: int, dim: int, out: torch.Tensor) -> None:
-    """out[: e - s] = w[s:e] - w[s - dim: e - dim], with w[<0] taken as 0."""
-    if e <= s:
+def _delta_planes(w: torch.Tensor, s: int, m: int, dim: int, zm: torch.Tensor,
+                  tmp: torch.Tensor) -> None:
+    """zm (W x m/W, plane-major) <- residuals d[i] = w[i] - w[i - dim] for i in [s, s+m),
+    w[<0] = 0 and d = 0 past the end. Whole slices are one fused strided subtraction."""
+    width, nch = zm.shape
+    n = w.numel()
+    if s >= dim and s + m <= n:
+        torch.sub(w[s: s + m].view(nch, width).t(), w[s - dim: s - dim + m].view(nch, width).t(),
+                  out=zm)
         return
-    lo = max(s, dim)
-    if lo > s:
-        out[: min(lo, e) - s].copy_(w[s: min(lo, e)])
+    d = tmp[:m]
+    e = min(s + m, n)
+    lo = min(max(s, dim), e)
+    d[: lo - s].copy_(w[s:lo])
     if e > lo:
-        torch.sub(w[lo:e], w[lo - dim: e - dim], out=out[lo - s: e - s])
+        torch.sub(w[lo:e], w[lo - dim: e - dim], out=d[lo - s: e - s])
+    d[e - s:].zero_()
+    zm.copy_(d.view(nch, width).t())
