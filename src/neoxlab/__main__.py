@@ -13,6 +13,10 @@ from neoxlab.plan import plan_run
 
 DEFAULT_EXPERIMENT = "local_3d"
 SUBMIT_COMMANDS = {"lsf": "bsub", "slurm": "sbatch"}
+# The per-rank program of each task: `python -m <module> <run_dir>` on every rank.
+TASK_MODULES = {
+    "train": "neoxlab.train", "serve": "neoxlab.serve", "microbench": "neoxlab.omb.task"
+}
 
 
 def split_args(args: list[str]) -> tuple[str, list[str]]:
@@ -51,7 +55,7 @@ def run_one(cfg: Config, argv: list[str]) -> int:
         raise ConfigError(f"scheduler '{cfg.cluster.scheduler}' is not supported yet")
     from neoxlab.launch import local
 
-    code = local.launch(cfg, run_dir)
+    code = local.launch(cfg, run_dir, TASK_MODULES[cfg.task.name])
     report(run_dir)
     return code
 
@@ -62,8 +66,8 @@ def report(run_dir: Path) -> None:
     if status["state"] == "failed":
         line += f"\n[neoxlab] rank {status.get('failed_rank')}: {status.get('error')}"
     summary_path = run_dir / "summary.json"
-    if summary_path.exists():
-        s = rundir.read_json(summary_path)
+    s = rundir.read_json(summary_path) if summary_path.exists() else {}
+    if s.get("median_samples_per_s") is not None:
         line += (
             f"\n[neoxlab] {s['steps']} steps, final loss {s['final_loss']:.4f}, median "
             f"{s['median_samples_per_s']:.2f} samples/s, "
