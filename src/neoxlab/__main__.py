@@ -9,9 +9,10 @@ from pathlib import Path
 from neoxlab import rundir
 from neoxlab.compose import compose_experiment, list_experiments
 from neoxlab.config import Config, ConfigError
+from neoxlab.layout import resolve_layout
 from neoxlab.plan import plan_run
 
-DEFAULT_EXPERIMENT = "local_3d"
+DEFAULT_EXPERIMENT = "local_compare"
 SUBMIT_COMMANDS = {"lsf": "bsub", "slurm": "sbatch"}
 # The per-rank program of each task: `python -m <module> <run_dir>` on every rank.
 TASK_MODULES = {
@@ -44,20 +45,38 @@ def check_scheduler(cfg: Config) -> None:
         )
 
 
-def run_one(cfg: Config, argv: list[str]) -> int:
+def run_comparison(cfg: Config, overrides: list[str], argv: list[str]) -> int:
+    """Validate every member first (nothing starts on a bad one), then run them in order."""
+    from neoxlab.compare import format_table, member_row
+
+    members = [compose_experiment(name, overrides) for name in cfg.runs]
+    for member in members:
+        resolve_layout(member)
+        check_scheduler(member)
+    rows, worst = [], 0
+    for member in members:
+        print(f"[neoxlab] === {member.experiment} ===", flush=True)
+        code, run_dir = run_one(member, argv)
+        worst = worst or code
+        rows.append(member_row(member.experiment, run_dir))
+    print(format_table(rows), flush=True)
+    return worst
+
+
+def run_one(cfg: Config, argv: list[str]) -> tuple[int, Path]:
     check_scheduler(cfg)
     run_dir = plan_run(cfg, argv)
     print(f"[neoxlab] run dir: {run_dir}", flush=True)
     if not cfg.launch.submit:
         print("[neoxlab] launch.submit=false: validated and planned, nothing started", flush=True)
-        return 0
+        return 0, run_dir
     if cfg.cluster.scheduler != "local":
         raise ConfigError(f"scheduler '{cfg.cluster.scheduler}' is not supported yet")
     from neoxlab.launch import local
 
     code = local.launch(cfg, run_dir, TASK_MODULES[cfg.task.name])
     report(run_dir)
-    return code
+    return code, run_dir
 
 
 def report(run_dir: Path) -> None:
@@ -84,7 +103,10 @@ def main(args: list[str] | None = None) -> int:
     name, overrides = split_args(args)
     try:
         cfg = compose_experiment(name, overrides)
-        return run_one(cfg, ["python", "-m", "neoxlab", *args])
+        argv = ["python", "-m", "neoxlab", *args]
+        if cfg.runs:
+            return run_comparison(cfg, overrides, argv)
+        return run_one(cfg, argv)[0]
     except ConfigError as exc:
         print(f"[neoxlab] error: {exc}", file=sys.stderr)
         return 2

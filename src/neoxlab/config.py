@@ -59,10 +59,23 @@ class ZeroConfig:
 
 
 @dataclass
+class DimCompressionConfig:
+    """How one parallel dimension's traffic is compressed."""
+
+    compressor: str = "none"  # a neoxlab.compress registry name
+    params: dict[str, Any] = field(default_factory=dict)
+    min_bytes: int = 4096  # smaller messages pass untouched
+    error_feedback: bool = False  # keep the lossy residual per bucket (dp only)
+    lossless_only: bool = False  # refuse a lossy compressor on this dimension
+
+
+@dataclass
 class CompressionConfig:
     scheme: str = "none"
     backend: str = "framework"  # framework (our wrappers) | mpi (MPI library switches)
-    dims: dict[str, Any] = field(default_factory=dict)
+    patch: bool = True  # wrap collectives even for `none`, to account every byte
+    allreduce: str = "auto"  # auto | alltoall | allgather (compressed all-reduce algorithm)
+    dims: dict[str, DimCompressionConfig] = field(default_factory=dict)
 
 
 @dataclass
@@ -136,6 +149,36 @@ class LaunchConfig:
 
 
 @dataclass
+class ServeConfig:
+    """Temporal-fusion inference (task=serve): workload, engines and their sizing."""
+
+    engines: list[str] = field(default_factory=lambda: [
+        "fused", "fused_noreorder", "sequential", "static", "dynamic", "hf_cb"])
+    weights: str = "random"  # random (seeded by train.seed) | hf:<GPTNeoX checkpoint dir>
+    num_requests: int = 32
+    arrival: str = "poisson"  # poisson | constant
+    mean_gap_ms: float = 20.0
+    gaps_ms: list[float] = field(default_factory=list)  # a sweep: every engine at each gap
+    gap_scale: float = 1.0  # actual gap = nominal gap x gap_scale (CPU: scale to step time)
+    prompt_len_min: int = 8
+    prompt_len_max: int = 16
+    output_len_min: int = 16  # output lengths uniform in [min, max]; fixed when equal
+    output_len_max: int = 32
+    max_seq_len: int = 64  # per-slot KV cache length (prompt + output must fit)
+    slots: int = 32  # preallocated request slots, each with a KV cache of max_seq_len
+    max_concurrent: int | None = None  # requests decoded together; null: = slots
+    sampling: str = "greedy"  # greedy | sample (per-request seed)
+    temperature: float = 1.0
+    top_k: int = 0  # 0: whole vocabulary
+    eos_token_id: int | None = None
+    seed: int = 1234  # workload and per-request sampling seeds
+    batch_window_ms: float = 50.0  # dynamic batching window
+    hf_cb_num_blocks: int = 64
+    hf_cb_max_batch_tokens: int = 512
+    hf_cb_page_size: int = 32
+
+
+@dataclass
 class Config:
     experiment: str = "local_3d"
     description: str = ""
@@ -151,6 +194,7 @@ class Config:
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     launch: LaunchConfig = field(default_factory=LaunchConfig)
+    serve: ServeConfig = field(default_factory=ServeConfig)
 
 
 class ConfigError(ValueError):

@@ -218,6 +218,9 @@ def validate(cfg: Config) -> list[str]:
         errors.append("data.source='file' needs data.path=<text file>; give the path")
     elif cfg.data.source not in ("stdlib", "file"):
         errors.append(f"data.source='{cfg.data.source}' is not one of ['stdlib', 'file']")
+    from neoxlab.comm.policy import validate_compression
+
+    errors += validate_compression(cfg)
     if not errors:
         _check_memory(cfg, errors)
     return errors

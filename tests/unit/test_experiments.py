@@ -7,7 +7,7 @@ import json
 import pytest
 
 from neoxlab.__main__ import main
-from neoxlab.compose import list_experiments
+from neoxlab.compose import compose_experiment, list_experiments
 
 
 @pytest.mark.parametrize("name", list_experiments())
@@ -15,12 +15,14 @@ def test_experiment_plans_without_launching(name, results_dir):
     code = main([f"experiment={name}", "launch.submit=false",
                  f"launch.results_dir={results_dir}"])
     assert code == 0
-    (run_dir,) = (results_dir / name).iterdir()
-    status = json.loads((run_dir / "status.json").read_text())
-    assert status["state"] == "planned"
-    config = json.loads((run_dir / "config.json").read_text())
-    assert config["experiment"] == name
-    assert (run_dir / "provenance.json").exists()
+    members = compose_experiment(name).runs or [name]  # a comparison plans each member
+    for member in members:
+        (run_dir,) = (results_dir / member).iterdir()
+        status = json.loads((run_dir / "status.json").read_text())
+        assert status["state"] == "planned"
+        config = json.loads((run_dir / "config.json").read_text())
+        assert config["experiment"] == member
+        assert (run_dir / "provenance.json").exists()
 
 
 def test_unknown_experiment_lists_the_known_ones(capsys):

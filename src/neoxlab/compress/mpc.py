@@ -13,7 +13,7 @@ round-trips exactly:
 3. bit-plane transposition over chunks of W words: word k of a chunk holds bit k of each
               of its W words (a WxW bit-matrix transpose, done in log2(W) butterfly
               stages of shifts and masks). Leading zero bits become all-zero words.
-4. zero-word elimination: a bitmap with one bit per word (LSB first) marks the non-zero
+4. zero-word elimination: a bitmap with one bit per word (MSB first) marks the non-zero
               words; only those are stored.
 
 Layout: words are processed in slices of SLICE_WORDS (2^16, part of the wire format);
@@ -42,8 +42,11 @@ from neoxlab.compress.base import (
 from neoxlab.compress.registry import register
 
 _WORD = {2: torch.int16, 4: torch.int32, 8: torch.int64}
-SLICE_WORDS = 1 << 16  # wire format constant: a multiple of every chunk size (16, 32, 64)
-_BIT_WEIGHTS = 0x0102040810204080  # gathers 8 one-byte flags into the top byte
+SLICE_WORDS = 1 << 18  # wire format constant: a multiple of every chunk size (16, 32, 64)
+# 0x8040201008040201 as a signed int64: multiplying by it places copies of the operand
+# 9 bits apart (no carries), which packs or spreads 8 flags per byte in one multiply
+_SPREAD = 0x8040201008040201 - (1 << 64)
+_LOW_BITS = 0x0101010101010101
 
 
 def _stages(width: int) -> list[tuple[int, int]]:
@@ -85,14 +88,15 @@ def transpose_planes(z: torch.Tensor, scratch: torch.Tensor | None = None) -> to
 
 
 def _pack_flags(nz: torch.Tensor) -> torch.Tensor:
-    """bool[8m] -> uint8[m], bit i of byte b = nz[8b + i] (one multiply per 8 flags)."""
-    v = nz.view(torch.uint8).view(torch.int64) * _BIT_WEIGHTS
+    """bool[8m] -> uint8[m], MSB first: bit 7 - i of byte b = nz[8b + i]."""
+    v = nz.view(torch.uint8).view(torch.int64) * _SPREAD
     return v.bitwise_right_shift_(56).to(torch.uint8)
 
 
 def _unpack_flags(bits: torch.Tensor) -> torch.Tensor:
-    shifts = torch.arange(8, dtype=torch.uint8, device=bits.device)
-    return ((bits.unsqueeze(1) >> shifts) & 1).view(-1).view(torch.bool)
+    """Inverse of _pack_flags: uint8[m] -> bool[8m]."""
+    v = bits.to(torch.int64).mul_(_SPREAD).bitwise_right_shift_(7).bitwise_and_(_LOW_BITS)
+    return v.view(torch.uint8).view(torch.bool)
 
 
 def _sizes(n: int, width: int) -> tuple[int, int]:
@@ -148,13 +152,12 @@ class Mpc(Compressor):
             torch.bitwise_right_shift(zs, width - 1, out=t[:m])  # zigzag
             zs.bitwise_left_shift_(1).bitwise_xor_(t[:m])
             transpose_planes(zm, t)
-            torch.ne(zs, 0, out=nz)
-            cnt = int(nz.sum())
-            if (kept + cnt) * size >= budget:
+            nz.copy_(zs)  # != 0; a converting copy is ~6x faster than torch.ne here
+            counts = _row_counts(nz.view(width, -1))
+            if (kept + sum(counts)) * size >= budget:
                 return None  # incompressible: the caller sends it raw
             bitmap[s // 8: (s + m) // 8].copy_(_pack_flags(nz))
-            torch.masked_select(zs, nz, out=words[kept: kept + cnt])
-            kept += cnt
+            kept = _gather_rows(zm, nz.view(width, -1), counts, words, kept)
         return hdr.join(bitmap, words[:kept].view(torch.uint8))
 
     # -- decode ------------------------------------------------------------------------
@@ -177,13 +180,12 @@ class Mpc(Compressor):
         used = 0
         for s in range(0, npad, step):
             m = min(step, npad - s)
-            nz = _unpack_flags(bitmap[s // 8: (s + m) // 8])
-            cnt = int(nz.sum())
-            if used + cnt > vals.numel():
+            nz = _unpack_flags(bitmap[s // 8: (s + m) // 8]).view(width, -1)
+            counts = _row_counts(nz)
+            if used + sum(counts) > vals.numel():
                 raise WireFormatError("mpc bitmap marks more words than the body holds")
-            zs = z[:m].zero_()
-            zs.masked_scatter_(nz, vals[used: used + cnt])
-            used += cnt
+            zs = z[:m]
+            used = _scatter_rows(zs.view(width, -1), nz, counts, vals, used)
             transpose_planes(zs.view(width, m // width), t)
             # un-zigzag: d = (z >>> 1) ^ -(z & 1)
             ts = t[:m]
@@ -199,16 +201,50 @@ class Mpc(Compressor):
         return out[:n].view(hdr.dtype)
 
 
+def _row_counts(nz: torch.Tensor) -> list[int]:
+    """Set flags per row of a 2-D bool tensor (count_nonzero(dim=1) is ~30x slower)."""
+    return nz.view(torch.uint8).sum(1, dtype=torch.int32).tolist()
+
+
+def _gather_rows(zm: torch.Tensor, nz: torch.Tensor, counts: list[int], words: torch.Tensor,
+                 kept: int) -> int:
+    """Append the non-zero words of zm (row by row) to words[kept:]; return the new end.
+
+    Rows are bit planes, which are often entirely zero or entirely non-zero: those cost
+    nothing or one contiguous copy, and only mixed rows need an index gather."""
+    nch = zm.shape[1]
+    for r, c in enumerate(counts):
+        if c == nch:
+            words[kept: kept + c].copy_(zm[r])
+        elif c:
+            idx = nz[r].nonzero().squeeze(1)
+            torch.index_select(zm[r], 0, idx, out=words[kept: kept + c])
+        kept += c
+    return kept
+
+
+def _scatter_rows(zm: torch.Tensor, nz: torch.Tensor, counts: list[int], vals: torch.Tensor,
+                  used: int) -> int:
+    """Inverse of _gather_rows: fill zm from vals[used:] where nz is set, zeros elsewhere."""
+    nch = zm.shape[1]
+    for r, c in enumerate(counts):
+        if c == nch:
+            zm[r].copy_(vals[used: used + c])
+        else:
+            zm[r].zero_()
+            if c:
+                zm[r].masked_scatter_(nz[r], vals[used: used + c])
+        used += c
+    return used
+
+
 def _delta_planes(w: torch.Tensor, s: int, m: int, dim: int, zm: torch.Tensor,
                   tmp: torch.Tensor) -> None:
     """zm (W x m/W, plane-major) <- residuals d[i] = w[i] - w[i - dim] for i in [s, s+m),
-    w[<0] = 0 and d = 0 past the end. Whole slices are one fused strided subtraction."""
+    w[<0] = 0 and d = 0 past the end. A contiguous subtraction then one transposing copy
+    (2.5x faster than a subtraction that reads strided)."""
     width, nch = zm.shape
     n = w.numel()
-    if s >= dim and s + m <= n:
-        torch.sub(w[s: s + m].view(nch, width).t(), w[s - dim: s - dim + m].view(nch, width).t(),
-                  out=zm)
-        return
     d = tmp[:m]
     e = min(s + m, n)
     lo = min(max(s, dim), e)

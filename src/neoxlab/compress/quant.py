@@ -17,6 +17,7 @@ from neoxlab.compress.base import (
     CompressionConfigError,
     Compressor,
     Header,
+    WireFormatError,
     check_int,
     view_as,
 )
@@ -65,85 +66,87 @@ class _Blockwise(Compressor):
 
     # -- encode ------------------------------------------------------------------------
     def _encode(self, flat: torch.Tensor, hdr: Header) -> torch.Tensor | None:
-        n, blk = flat.numel(), self.block
+        n, blk, dev = flat.numel(), self.block, flat.device
         nblocks = -(-n // blk)
-        amax = _block_absmax(flat, blk)
-        if not bool(torch.isfinite(amax).all()):
-            return None
-        buf, body = hdr.alloc(self._fixed_body_nbytes(n, flat.dtype), flat.device)
+        buf, body = hdr.alloc(self._fixed_body_nbytes(n, flat.dtype), dev)
         scales = body[: 4 * nblocks].view(torch.float32)
-        torch.div(amax, self.qmax, out=scales)
-        inv = torch.where(amax > 0, self.qmax / amax, torch.zeros_like(amax))
         codes = body[4 * nblocks:]
         step = max(blk, _SLICE // blk * blk)  # whole blocks per slice
+        q = torch.empty(min(step, n), dtype=torch.float32, device=dev)
+        q8 = torch.empty(min(step, n) + 1, dtype=torch.int8, device=dev) if self.bits == 4 else None
+        peaks = []
         for start in range(0, n, step):
             part = flat[start: start + step].float()
-            b0 = start // blk
-            full = part.numel() // blk
-            q = torch.empty_like(part)
-            if full:
-                torch.mul(part[: full * blk].view(full, blk),
-                          inv[b0: b0 + full, None], out=q[: full * blk].view(full, blk))
-            if part.numel() > full * blk:
-                torch.mul(part[full * blk:], inv[b0 + full], out=q[full * blk:])
-            q.round_()
-            self._store(q, codes, start)
+            m, b0 = part.numel(), start // blk
+            qs = torch.abs(part, out=q[:m])
+            amax = torch.cat([r.amax(1) for r in _rows(qs, blk)])  # NaN/Inf propagate
+            peaks.append(amax.max())
+            torch.div(amax, self.qmax, out=scales[b0: b0 + amax.numel()])
+            inv = torch.where(amax > 0, self.qmax / amax, torch.zeros_like(amax))
+            lo = 0
+            for rows, src in zip(_rows(qs, blk), _rows(part, blk), strict=True):
+                torch.mul(src, inv[lo: lo + rows.shape[0], None], out=rows)
+                lo += rows.shape[0]
+            qs.round_()
+            if q8 is None:
+                codes[start: start + m].view(torch.int8).copy_(qs)
+            else:
+                _pack_int4(qs, q8, codes[start // 2: start // 2 + (m + 1) // 2])
+        if not bool(torch.isfinite(torch.stack(peaks).max())):
+            return None  # NaN/Inf: the caller sends the message raw
         return buf
-
-    def _store(self, q: torch.Tensor, codes: torch.Tensor, start: int) -> None:
-        if self.bits == 8:
-            codes[start: start + q.numel()].view(torch.int8).copy_(q)
-            return
-        nib = (q + 8).to(torch.uint8)  # 1..15
-        if nib.numel() % 2:
-            nib = torch.cat([nib, nib.new_zeros(1)])
-        pairs = nib.view(-1, 2)
-        out = codes[start // 2: start // 2 + pairs.shape[0]]
-        torch.bitwise_left_shift(pairs[:, 1], 4, out=out)
-        out.bitwise_or_(pairs[:, 0])
 
     # -- decode ------------------------------------------------------------------------
     def _decode(self, body: torch.Tensor, hdr: Header) -> torch.Tensor:
         n, blk = hdr.numel, hdr.param
         if blk <= 0:
-            raise CompressionConfigError(f"{self.name} header has block={blk}; corrupt buffer")
+            raise WireFormatError(f"{self.name} header has block={blk}; corrupt buffer")
         nblocks = -(-n // blk)
+        if body.numel() != 4 * nblocks + self._code_nbytes(n):
+            raise WireFormatError(f"{self.name} body of {body.numel()} bytes does not match "
+                                  f"{n} values in blocks of {blk}")
         scales = view_as(body[: 4 * nblocks], torch.float32)
         codes = body[4 * nblocks:]
         out = torch.empty(n, dtype=hdr.dtype, device=body.device)
         step = max(blk, _SLICE // blk * blk)
         for start in range(0, n, step):
             m = min(step, n - start)
-            q = self._load(codes, start, m)
-            b0, full = start // blk, m // blk
-            if full:
-                q[: full * blk].view(full, blk).mul_(scales[b0: b0 + full, None])
-            if m > full * blk:
-                q[full * blk:].mul_(scales[b0 + full])
+            if self.bits == 8:
+                q = codes[start: start + m].view(torch.int8).float()
+            else:
+                q = _unpack_int4(codes[start // 2: start // 2 + (m + 1) // 2], m)
+            lo = start // blk
+            for rows in _rows(q, blk):
+                rows.mul_(scales[lo: lo + rows.shape[0], None])
+                lo += rows.shape[0]
             out[start: start + m].copy_(q)
         return out
 
-    def _load(self, codes: torch.Tensor, start: int, m: int) -> torch.Tensor:
-        if self.bits == 8:
-            return codes[start: start + m].view(torch.int8).float()
-        packed = codes[start // 2: start // 2 + (m + 1) // 2]
-        nib = torch.stack([packed & 15, packed >> 4], dim=1).view(-1)[:m]
-        return nib.float().sub_(8)
+
+def _rows(v: torch.Tensor, blk: int) -> list[torch.Tensor]:
+    """A flat slice as 2-D views of whole blocks: (full, blk) and, if ragged, (1, rest)."""
+    full = v.numel() // blk
+    parts = [v[: full * blk].view(full, blk)] if full else []
+    if v.numel() > full * blk:
+        parts.append(v[full * blk:].view(1, -1))
+    return parts
 
 
-def _block_absmax(flat: torch.Tensor, blk: int) -> torch.Tensor:
-    """max|x| per block (fp32), NaN/Inf propagated; no full-size temporaries."""
-    n = flat.numel()
-    full = n // blk
-    parts = []
-    if full:
-        lo, hi = torch.aminmax(flat[: full * blk].view(full, blk), dim=1)
-        parts.append(torch.maximum(-lo, hi))
-    if n > full * blk:
-        lo, hi = torch.aminmax(flat[full * blk:])
-        parts.append(torch.maximum(-lo, hi).view(1))
-    amax = torch.cat(parts) if len(parts) > 1 else parts[0]
-    return amax.float()
+def _pack_int4(q: torch.Tensor, q8: torch.Tensor, out: torch.Tensor) -> None:
+    """Codes in [-7, 7] (float) -> nibbles q + 8, two per byte, low nibble first."""
+    m = q.numel()
+    q8[:m].copy_(q)
+    if m % 2:
+        q8[m] = -8  # pad nibble 0
+    u = q8[: m + m % 2].view(torch.uint8).add_(8).view(torch.int16)  # pairs (lo | hi << 8)
+    packed = (u & 0x0F).bitwise_or_((u >> 4) & 0xF0)
+    out.copy_(packed)
+
+
+def _unpack_int4(packed: torch.Tensor, m: int) -> torch.Tensor:
+    p = packed.to(torch.int16)
+    pairs = (p & 0x0F).bitwise_or_((p & 0xF0) << 4)  # byte 0: low nibble, byte 1: high
+    return pairs.view(torch.uint8)[:m].float().sub_(8)
 
 
 @register("int8", cid=4)

@@ -3,6 +3,8 @@
 Exit codes: 0 ok (or buffer unavailable with --skip-unavailable), 1 validation failed or a
 rank crashed (the job is aborted so no rank hangs), 2 bad options or unavailable buffer.
 Only rank 0 prints; a table is printed row by row as OSU does, CSV and JSON at the end.
+Hidden testing aid: --inject-error corrupts one input element on one rank, so a run with
+--validate must report Fail and exit 1 (the tests use it to prove the checks can fail).
 """
 
 from __future__ import annotations

@@ -65,6 +65,8 @@ class TorchKind(BufferKind):
         self.torch = torch
         self.dev = torch.device(device)
         self.device = self.dev.type == "cuda"
+        if self.device:
+            torch.cuda.set_device(self.dev)  # NCCL and CUDA-aware MPI use the current device
         self.name = "cuda" if self.device else "torch"
 
     def torch_dtype(self, dtype: DType):

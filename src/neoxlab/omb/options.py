@@ -111,7 +111,7 @@ def message_sizes(opts: OmbOptions) -> list[int]:
         return [0]
     lo, hi = size_range(opts)
     sizes = [0] if lo == 0 else []
-    size = max(lo, 1)
+    size = max(lo, DTYPES[opts.dtype_name].itemsize)  # pt2pt: 0 B, then whole elements
     while size <= hi:
         sizes.append(size)
         size *= 2
@@ -178,29 +178,34 @@ def check_options(opts: OmbOptions, world_size: int) -> None:
 def _check_sizes(opts: OmbOptions, bad) -> None:
     lo, hi = size_range(opts)
     item = DTYPES[opts.dtype_name].itemsize
+
+    def down(v: int) -> int:  # the power of two at or below v (0 stays 0 for pt2pt)
+        return 0 if v == 0 and opts.is_pt2pt else 1 << max(v, 1).bit_length() - 1
+
     for flag, value in (("minimum", lo), ("maximum", hi)):
         if value == 0 and flag == "minimum" and opts.is_pt2pt:
             continue
         if not _is_pow2(value):
             bad(f"{flag} message size {value}", "message sizes are powers of two"
                 + (" (0 allowed as point-to-point minimum)" if opts.is_pt2pt else ""),
-                f"use e.g. -m {max(1, 1 << max(value, 1).bit_length() - 1)}:{hi}")
+                f"use e.g. -m {down(lo)}:{down(hi)}")
     if lo > hi:
         bad(f"-m {lo}:{hi}", "the minimum size is larger than the maximum", f"use -m {hi}:{lo}")
-    if not opts.is_pt2pt and opts.benchmark != "barrier" and 0 < lo < item:
+    if opts.benchmark != "barrier" and 0 < lo < item:
         bad(f"minimum message size {lo} B", f"smaller than one {opts.dtype_name} element "
             f"({item} B)", f"use -m {item}:{hi} or --dtype char")
 
 
 def _check_world(opts: OmbOptions, n: int, bad) -> None:
     if opts.benchmark in PAIR_ONLY and n != 2:
-        bad(f"{opts.benchmark} with {n} ranks", "this benchmark runs on exactly two ranks",
+        bad(f"{opts.benchmark} with {n} rank{'s' * (n != 1)}",
+            "this benchmark runs on exactly two ranks",
             "launch with mpiexec -n 2 (or use multi_lat for many pairs)")
     elif opts.benchmark == "multi_lat" and (n < 2 or n % 2):
         bad(f"multi_lat with {n} ranks", "ranks pair up, so the count must be even",
             "launch with an even -n")
     elif opts.benchmark in COLLECTIVES and n < 2:
-        bad(f"{opts.benchmark} with {n} rank", "collectives need at least two ranks",
+        bad(f"{opts.benchmark} with 1 rank", "collectives need at least two ranks",
             "launch with mpiexec -n 2 or more")
 
 

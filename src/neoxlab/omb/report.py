@@ -39,8 +39,8 @@ class Row:
     avg_us: float
     min_us: float
     max_us: float
-    iterations: int
-    ranks: int
+    iterations: int  # timed iterations per rank
+    ranks: int  # world size of the run
     algbw_GBps: float | None = None
     busbw_GBps: float | None = None
     bandwidth_MBps: float | None = None  # bw and bibw only

@@ -11,10 +11,13 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from neoxlab import dist, metrics, rundir
+from neoxlab.comm.install import install_for_run
+from neoxlab.comm.report import format_totals, merge, write_rank_rows
 from neoxlab.config import Config
 from neoxlab.layout import Layout, padded_vocab_size, resolve_layout
 
@@ -67,57 +70,98 @@ def build_engine(cfg: Config, layout: Layout, topology, ds_config: dict):
     return engine
 
 
+class StepRunner:
+    """One training step exactly as train() runs it: train_batch, then rank 0's reporting.
+
+    A unit of its own so that bench/harness_overhead.py times the very code of the loop
+    (not a copy) against a bare train_batch on the same engine.
+    """
+
+    def __init__(self, cfg: Config, layout: Layout, engine, windows, dp_rank: int, reporter):
+        self.cfg, self.layout, self.engine = cfg, layout, engine
+        self.windows, self.dp_rank, self.reporter = windows, dp_rank, reporter
+        vocab = padded_vocab_size(cfg.model, layout.tp)
+        self.hardware_flops = metrics.flops_per_iteration(
+            cfg.model, layout.global_batch, vocab, cfg.parallel.activation_checkpointing
+        )
+        self.model_flops = metrics.flops_per_iteration(
+            cfg.model, layout.global_batch, vocab, False
+        )
+        self.records: list[dict[str, Any]] = []
+
+    def batches(self, step: int) -> Iterator:
+        """This DP rank's micro-batches of 1-based training step `step`."""
+        from neoxlab.data import micro_batches
+
+        layout = self.layout
+        return micro_batches(
+            self.windows, step - 1, layout.global_batch, self.dp_rank, layout.micro_batch,
+            layout.grad_accum,
+        )
+
+    def step(self, step: int) -> dict[str, Any] | None:
+        """Train one batch; on rank 0 build, report and keep its metrics record."""
+        batches = self.batches(step)
+        start = time.perf_counter()
+        loss = self.engine.train_batch(data_iter=batches)
+        elapsed = time.perf_counter() - start
+        if self.reporter is None:
+            return None
+        layout, cfg = self.layout, self.cfg
+        grad_norm = self.engine.get_global_grad_norm()
+        record = metrics.step_record(
+            step=step, iteration_s=elapsed, loss=float(loss), lr=self.engine.get_lr()[0],
+            grad_norm=None if grad_norm is None else float(grad_norm),
+            global_batch=layout.global_batch, seq_length=cfg.model.seq_length,
+            hardware_flops=self.hardware_flops, model_flops=self.model_flops,
+            world_size=layout.world_size, peak_tflops=cfg.cluster.peak_tflops,
+        )
+        record["time"] = time.time()  # wall clock at the step's end (start-up benchmarks)
+        self.reporter.report(record)
+        self.records.append(record)
+        return record
+
+    def finish(self, run_dir: Path) -> None:
+        """Rank 0: close the reporter and write summary.json (medians over steady steps)."""
+        if self.reporter is None:
+            return
+        self.reporter.close()
+        summary = metrics.summarize(self.records, self.cfg.train.metrics_warmup_steps)
+        summary.update(
+            hardware_flops_per_iteration=self.hardware_flops,
+            global_batch=self.layout.global_batch,
+        )
+        rundir.write_json(run_dir / "summary.json", summary)
+
+
 def train(cfg: Config, run_dir: Path, rank: int, terminal: TextIO | None) -> None:
     import torch
 
-    from neoxlab.data import TokenWindows, micro_batches
+    from neoxlab.data import TokenWindows
     from neoxlab.train.reporting import StepReporter
 
     torch.manual_seed(cfg.train.seed)
     torch.set_num_threads(cfg.engine.torch_threads)
     layout = resolve_layout(cfg)
+    patch = install_for_run(cfg, layout)  # before DeepSpeed caches torch.distributed functions
     topology = init_distributed(cfg, layout)
     ds_config = json.loads((run_dir / "deepspeed.json").read_text())
     engine = build_engine(cfg, layout, topology, ds_config)
     windows = TokenWindows(cfg.data, cfg.model.seq_length)
     dp_rank = topology.get_coord(rank).data
 
-    vocab = padded_vocab_size(cfg.model, layout.tp)
-    hardware_flops = metrics.flops_per_iteration(
-        cfg.model, layout.global_batch, vocab, cfg.parallel.activation_checkpointing
-    )
-    model_flops = metrics.flops_per_iteration(cfg.model, layout.global_batch, vocab, False)
     reporter = StepReporter(cfg, run_dir, terminal) if rank == 0 else None
-    records = []
+    runner = StepRunner(cfg, layout, engine, windows, dp_rank, reporter)
     for step in range(1, cfg.train.steps + 1):
         if cfg.launch.fail_rank == rank and step == cfg.launch.fail_step:
             raise InjectedFailure(f"injected failure on rank {rank} at step {step}")
-        batches = micro_batches(
-            windows, step - 1, layout.global_batch, dp_rank, layout.micro_batch, layout.grad_accum
-        )
-        start = time.perf_counter()
-        loss = engine.train_batch(data_iter=batches)
-        elapsed = time.perf_counter() - start
-        if reporter is None:
-            continue
-        grad_norm = engine.get_global_grad_norm()
-        record = metrics.step_record(
-            step=step, iteration_s=elapsed, loss=float(loss), lr=engine.get_lr()[0],
-            grad_norm=None if grad_norm is None else float(grad_norm),
-            global_batch=layout.global_batch, seq_length=cfg.model.seq_length,
-            hardware_flops=hardware_flops, model_flops=model_flops,
-            world_size=layout.world_size, peak_tflops=cfg.cluster.peak_tflops,
-        )
-        reporter.report(record)
-        records.append(record)
-    if reporter is not None:
-        reporter.close()
-        summary = metrics.summarize(records, cfg.train.metrics_warmup_steps)
-        summary.update(
-            hardware_flops_per_iteration=hardware_flops, global_batch=layout.global_batch
-        )
-        rundir.write_json(run_dir / "summary.json", summary)
+        runner.step(step)
+    runner.finish(run_dir)
+    if patch is not None:
+        write_rank_rows(run_dir, rank, patch.accountant)
     torch.distributed.barrier()
+    if patch is not None and rank == 0:
+        print(format_totals(merge(run_dir, layout.world_size)), file=terminal, flush=True)
 
 
 def record_failure(run_dir: Path, rank: int, exc: BaseException) -> None:

@@ -1,0 +1,118 @@
+"""Time from `python -m neoxlab experiment=local_3d` to the first training step, by phase.
+
+    python bench/startup.py [--quick] [--rounds 2] [--steps 30]
+
+Why: `make run` is the researcher's inner loop; start-up dominates short local runs, and
+the phases say where to cut. After one untimed warm-up run (page cache), each round runs
+the real entry point twice, back to back (wandb disabled and wandb offline, the default;
+the order alternates by round), so their difference is wandb's start-up cost under the
+same machine load. Phases, all wall clock on this host:
+
+  compose+plan   process start -> "[neoxlab] run dir:" printed (Python, imports, Hydra
+                 compose, validation, run dir with frozen configs and provenance)
+  ranks up       -> logs/rank0.pid (mpiexec, 8 interpreters, mpi4py, rank discovery)
+  to 1st step    -> start of step 1 on rank 0 (torch/DeepSpeed imports, init distributed,
+                 model and engine build, data, metrics/progress/wandb set-up)
+  1st step       step 1 itself (first-call warm-up)
+  total          process start -> end of step 1 (rank 0's metrics.jsonl "time" field)
+  exit           end of the last step -> the command returns (teardown)
+
+Steady samples/s is summary.json's median over steady steps (warm-up steps excluded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from neoxlab import rundir
+
+MODES = ("disabled", "offline")
+RUN_DIR_PREFIX = "[neoxlab] run dir: "
+
+
+def run_once(steps: int, wandb: str, results: Path, timeout: int) -> dict[str, float]:
+    """Run the entry point once; phase times in seconds and steady samples/s."""
+    cmd = [sys.executable, "-m", "neoxlab", "experiment=local_3d", f"train.steps={steps}",
+           f"logger.wandb={wandb}", f"launch.results_dir={results}"]
+    log = results / f"bench-{wandb}-{time.time():.0f}.log"
+    t0 = time.time()
+    with log.open("w") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
+        planned, run_dir = None, None
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith(RUN_DIR_PREFIX) and run_dir is None:
+                planned, run_dir = time.time(), Path(line[len(RUN_DIR_PREFIX):].strip())
+        code = proc.wait(timeout=timeout)
+    t_end = time.time()
+    if code != 0 or run_dir is None or planned is None:
+        raise RuntimeError(f"{' '.join(cmd)} exited {code}; see {log}")
+    records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    first, last = records[0], records[-1]
+    ranks_up = (run_dir / "logs" / "rank0.pid").stat().st_mtime
+    step1_start = first["time"] - first["iteration_s"]
+    summary = rundir.read_json(run_dir / "summary.json")
+    return {
+        "compose+plan": planned - t0,
+        "ranks up": ranks_up - planned,
+        "to 1st step": step1_start - ranks_up,
+        "1st step": first["iteration_s"],
+        "total": first["time"] - t0,
+        "exit": t_end - last["time"],
+        "samples/s": summary["median_samples_per_s"],
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="1 round of 10 steps")
+    ap.add_argument("--rounds", type=int, default=2, help="rounds (each runs every mode)")
+    ap.add_argument("--steps", type=int, default=30, help="training steps per run")
+    ap.add_argument("--no-warmup", action="store_true", help="skip the untimed first run")
+    ap.add_argument("--timeout", type=int, default=900, help="seconds per run")
+    ap.add_argument("--results-dir", type=Path, default=None,
+                    help="where run dirs go (default: a new temp dir)")
+    args = ap.parse_args()
+    if args.quick:
+        args.rounds, args.steps = 1, 10
+    results = args.results_dir or Path(tempfile.mkdtemp(prefix="neoxlab-bench-"))
+    results.mkdir(parents=True, exist_ok=True)
+    print(f"[bench] reproduce: python bench/startup.py {' '.join(sys.argv[1:])}".rstrip())
+    print(f"[bench] run dirs under {results}", flush=True)
+    if not args.no_warmup:  # untimed: fills the page cache, so round 1 is not the cold one
+        run_once(2, "disabled", results, args.timeout)
+    runs: dict[str, list[dict[str, float]]] = {m: [] for m in MODES}
+    for r in range(args.rounds):
+        for mode in MODES if r % 2 == 0 else MODES[::-1]:  # ABBA: drift hits both modes
+            runs[mode].append(run_once(args.steps, mode, results, args.timeout))
+            total = runs[mode][-1]["total"]
+            print(f"[bench] round {r + 1} wandb={mode}: first step done at {total:.1f} s",
+                  flush=True)
+    keys = list(runs[MODES[0]][0])
+    med = {m: {k: statistics.median(x[k] for x in runs[m]) for k in keys} for m in MODES}
+    print(f"\nstart-up of local_3d (8 ranks, TP2 PP2 DP2, ZeRO-1), {args.steps} steps, median "
+          f"of {args.rounds} round(s), modes interleaved")
+    print(f"{'phase':14s} " + " ".join(f"{'wandb=' + m:>15s}" for m in MODES)
+          + f" {'offline - dis.':>15s}")
+    for k in keys:
+        unit = "" if k == "samples/s" else " s"
+        cells = " ".join(f"{med[m][k]:13.2f}{unit:2s}" for m in MODES)
+        diff = med["offline"][k] - med["disabled"][k]
+        print(f"{k:14s} {cells} {diff:+13.2f}{unit:2s}")
+    share = med["disabled"]["compose+plan"] / med["disabled"]["total"]
+    for m in MODES:
+        totals = " ".join(f"{x['total']:.1f}" for x in runs[m])
+        print(f"time to first step, each run, wandb={m}: {totals} s")
+    print(f"compose+plan is {100 * share:.0f} % of the time to the first step (wandb disabled)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

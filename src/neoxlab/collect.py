@@ -1,0 +1,186 @@
+"""Run dirs -> tidy tables under results/tables/, the only input of the analysis notebooks.
+
+    python -m neoxlab.collect [--exp NAME] [--results results] [--log neox.out ...]
+
+Per experiment: <exp>.runs.parquet/.csv (one row per run, every status), <exp>.steps.parquet
+(one row per logged step), <exp>.comm.parquet (bytes and seconds per dimension and op) and
+<exp>.compare.parquet/.csv (per scheme against the `none` baseline at the same GPU count),
+so that every figure and the summary table take their numbers from the same place.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from neoxlab.results import Malformed, Run, find_run_dirs, load_run
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BASELINE = "none"
+NOT_EXPERIMENTS = {"tables", "figures"}
+CONTEXT = ["model", "gpus"]  # what must match for two schemes to be compared
+
+
+def comparison_members(exp: str, experiments_dir: Path = REPO_ROOT / "experiments") -> list[str]:
+    """The experiments a comparison runs in order (its `runs:` list), [] for a plain one."""
+    path = experiments_dir / f"{exp}.yaml"
+    if not path.exists():
+        return []
+    data = yaml.safe_load(path.read_text()) or {}
+    return [str(name) for name in data.get("runs") or []]
+
+
+def run_dirs(results: Path, exp: str) -> list[Path]:
+    """The experiment's own run dirs, plus those of the experiments it runs, if a comparison."""
+    dirs = find_run_dirs(results / exp)
+    for member in comparison_members(exp):
+        dirs += [d for d in find_run_dirs(results / member) if d not in dirs]
+    return dirs
+
+
+def runs_table(runs: list[Run], group: str) -> pd.DataFrame:
+    frame = pd.DataFrame([run.row for run in runs])
+    frame.insert(0, "group", group)
+    return frame
+
+
+def steps_table(runs: list[Run], group: str) -> pd.DataFrame:
+    keys = ("experiment", "run_id", "scheme", "gpus", "status")
+    rows = [
+        {"group": group, **{k: run.row[k] for k in keys}, **step}
+        for run in runs for step in run.steps
+    ]
+    return pd.DataFrame(rows)
+
+
+def comm_table(runs: list[Run], group: str) -> pd.DataFrame:
+    keys = ("experiment", "run_id", "scheme", "gpus", "status")
+    rows = [
+        {"group": group, **{k: run.row[k] for k in keys}, **rec}
+        for run in runs for rec in run.comm
+    ]
+    return pd.DataFrame(rows)
+
+
+def compare_schemes(runs: pd.DataFrame) -> pd.DataFrame:
+    """Median over completed runs per (model, GPUs, scheme), and the gain over `none` there.
+
+    Gains are (scheme / baseline - 1) * 100 of TFLOPS/GPU and samples/s; the loss delta is
+    the scheme's final loss minus the baseline's. No baseline at that GPU count -> NaN.
+    """
+    cols = CONTEXT + [
+        "scheme", "runs", "tflops_per_gpu", "samples_per_s", "mfu", "final_loss",
+        "final_loss_smooth", "tflops_gain_pct", "samples_gain_pct", "final_loss_delta",
+    ]
+    done = runs[(runs["status"] == "completed") & runs["median_tflops_per_gpu"].notna()]
+    if done.empty:
+        return pd.DataFrame(columns=cols)
+    table = (
+        done.groupby(CONTEXT + ["scheme"], dropna=False)
+        .agg(
+            runs=("run_id", "count"),
+            tflops_per_gpu=("median_tflops_per_gpu", "median"),
+            samples_per_s=("median_samples_per_s", "median"),
+            mfu=("median_mfu", "median"),
+            final_loss=("final_loss", "median"),
+            final_loss_smooth=("final_loss_smooth", "median"),
+        )
+        .reset_index()
+    )
+    base = table.loc[table["scheme"] == BASELINE,
+                     CONTEXT + ["tflops_per_gpu", "samples_per_s", "final_loss"]]
+    joined = table.merge(base, on=CONTEXT, how="left", suffixes=("", "_base"))
+    table["tflops_gain_pct"] = (joined["tflops_per_gpu"] / joined["tflops_per_gpu_base"] - 1) * 100
+    table["samples_gain_pct"] = (joined["samples_per_s"] / joined["samples_per_s_base"] - 1) * 100
+    table["final_loss_delta"] = joined["final_loss"] - joined["final_loss_base"]
+    return table[cols]
+
+
+def _write_atomic(frame: pd.DataFrame, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    if path.suffix == ".csv":
+        frame.to_csv(tmp, index=False)
+    else:
+        frame.to_parquet(tmp, index=False)
+    os.replace(tmp, path)
+
+
+def collect(exp: str, results: Path, logs: list[Path] | None = None) -> dict[str, pd.DataFrame]:
+    """Load every run of `exp` (and GPT-NeoX logs given alone), write its tables, return them."""
+    runs = [load_run(d) for d in run_dirs(results, exp)]
+    runs += [load_run(log.parent, log=log) for log in logs or []]
+    if not runs:
+        raise FileNotFoundError(
+            f"no runs for experiment {exp!r} under {results / exp}: run `make run EXP={exp}` "
+            "first, or pass --log with a GPT-NeoX stdout log"
+        )
+    for run in runs:
+        run.row["experiment"] = run.row["experiment"] or exp
+    tables = {
+        "runs": runs_table(runs, exp),
+        "steps": steps_table(runs, exp),
+        "comm": comm_table(runs, exp),
+    }
+    tables["compare"] = compare_schemes(tables["runs"])
+    out = results / "tables"
+    out.mkdir(parents=True, exist_ok=True)
+    for name, frame in tables.items():
+        _write_atomic(frame, out / f"{exp}.{name}.parquet")
+        if name in ("runs", "compare"):
+            _write_atomic(frame, out / f"{exp}.{name}.csv")
+    _report(exp, runs, out)
+    return tables
+
+
+def _report(exp: str, runs: list[Run], out: Path) -> None:
+    """Say what was found, including runs that did not complete and lines that were skipped."""
+    states = Counter(run.row["status"] for run in runs)
+    print(f"{exp}: {len(runs)} runs (" + ", ".join(f"{n} {s}" for s, n in states.items())
+          + f") -> {out}/{exp}.{{runs,steps,comm,compare}}.parquet")
+    bad: list[Malformed] = [m for run in runs for m in run.malformed]
+    if bad:
+        print(f"  {len(bad)} malformed metrics lines skipped, first ones:")
+        for m in bad[:5]:
+            print(f"    {m.source}:{m.lineno}: {m.reason}: {m.line[:100]}")
+
+
+def experiments_in(results: Path) -> list[str]:
+    if not results.is_dir():
+        return []
+    return sorted(
+        p.name for p in results.iterdir()
+        if p.is_dir() and p.name not in NOT_EXPERIMENTS and find_run_dirs(p)
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m neoxlab.collect", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--exp", help="one experiment (default: every one under --results)")
+    parser.add_argument("--results", type=Path, default=Path("results"))
+    parser.add_argument("--log", type=Path, action="append", default=[],
+                        help="a GPT-NeoX stdout log to add to --exp (repeatable)")
+    args = parser.parse_args(argv)
+    if args.log and not args.exp:
+        parser.error("--log needs --exp: the experiment whose tables the log joins")
+    names = [args.exp] if args.exp else experiments_in(args.results)
+    if not names:
+        print(f"no run dirs under {args.results}/: run `make run` first", file=sys.stderr)
+        return 2
+    try:
+        for name in names:
+            collect(name, args.results, args.log if name == args.exp else None)
+    except FileNotFoundError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

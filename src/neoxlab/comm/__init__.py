@@ -1,0 +1,1 @@
+"""Compressed collectives per parallel dimension, and the patch that routes engines to them."""

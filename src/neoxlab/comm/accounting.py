@@ -1,0 +1,88 @@
+"""Per-dimension, per-op counters of every wrapped call: bytes, time, calls.
+
+bytes_in is the logical message (the tensor the engine passed); bytes_out is what this rank
+actually put on the wire for it (compressed payloads including headers and padding), scaled
+to the same message, so bytes_in / bytes_out is the achieved compression ratio.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+
+
+@dataclass
+class OpStats:
+    calls: int = 0
+    compressed_calls: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    compress_s: float = 0.0
+    decompress_s: float = 0.0
+    comm_s: float = 0.0
+    group_size: int = 0
+    compressor: str = "none"
+    via_deepspeed: int = 0  # calls that entered through deepspeed.comm
+
+
+BUS_FACTORS = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "all_gather_into_tensor": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "reduce_scatter_tensor": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+}
+
+
+def bus_bandwidth_gbps(op: str, nbytes: int, seconds: float, group_size: int) -> float | None:
+    """nccl-tests bus bandwidth with the group's own size (not the world size)."""
+    if seconds <= 0 or group_size < 1:
+        return None
+    factor = BUS_FACTORS.get(op, lambda n: 1.0)(group_size)
+    return nbytes / seconds * factor / 1e9
+
+
+class Accountant:
+    def __init__(self) -> None:
+        self.stats: dict[tuple[str, str], OpStats] = defaultdict(OpStats)
+
+    def record(
+        self, dim: str, op: str, *, bytes_in: int, bytes_out: int, comm_s: float,
+        group_size: int, compressor: str = "none", compress_s: float = 0.0,
+        decompress_s: float = 0.0, via_deepspeed: bool = False,
+    ) -> None:
+        s = self.stats[(dim, op)]
+        s.calls += 1
+        s.compressed_calls += compressor != "none"
+        s.bytes_in += bytes_in
+        s.bytes_out += bytes_out
+        s.comm_s += comm_s
+        s.compress_s += compress_s
+        s.decompress_s += decompress_s
+        s.group_size = max(s.group_size, group_size)
+        s.via_deepspeed += via_deepspeed
+        if compressor != "none":
+            s.compressor = compressor
+
+    def rows(self, rank: int) -> list[dict]:
+        out = []
+        for (dim, op), s in sorted(self.stats.items()):
+            row = {"rank": rank, "dim": dim, "op": op, **asdict(s)}
+            row["busbw_GBps"] = bus_bandwidth_gbps(op, s.bytes_in, s.comm_s, s.group_size)
+            out.append(row)
+        return out
+
+
+def totals_by_dim(rows: list[dict]) -> dict[str, dict]:
+    """Sum rows of all ranks per dimension (for summary.json and the final table)."""
+    keys = ("calls", "compressed_calls", "bytes_in", "bytes_out", "compress_s",
+            "decompress_s", "comm_s")
+    totals: dict[str, dict] = {}
+    for row in rows:
+        t = totals.setdefault(row["dim"], {k: 0 for k in keys})
+        for k in keys:
+            t[k] += row[k]
+    for t in totals.values():
+        t["ratio"] = t["bytes_in"] / t["bytes_out"] if t["bytes_out"] else None
+    return totals

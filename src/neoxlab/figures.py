@@ -1,0 +1,129 @@
+"""Execute every analysis/ notebook headless, per experiment, and check what it declared.
+
+    python -m neoxlab.figures [--exp NAME] [--results results]
+
+Notebooks are jupytext py:percent files; each names its outputs in a `# outputs:` line
+(paths under the results dir, `{exp}` filled in). The experiment and the directories are
+passed by environment variables (NEOXLAB_EXP, NEOXLAB_RESULTS, NEOXLAB_TABLES,
+NEOXLAB_FIGURES). A notebook that raises, or leaves a declared output missing, makes the
+command exit non-zero, naming the notebook and the experiment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import jupytext
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+ANALYSIS = REPO_ROOT / "analysis"
+CELL_TIMEOUT_S = 300
+
+
+@dataclass
+class Outcome:
+    notebook: str
+    exp: str
+    outputs: list[Path]
+    error: str | None = None
+
+
+def notebooks(analysis: Path = ANALYSIS) -> list[Path]:
+    """analysis/*.py files that are notebooks (have `# %%` cells); helpers like style.py are not."""
+    return sorted(
+        p for p in analysis.glob("*.py")
+        if any(line.startswith("# %%") for line in p.read_text().splitlines())
+    )
+
+
+def declared_outputs(notebook: Path, exp: str, results: Path) -> list[Path]:
+    for line in notebook.read_text().splitlines():
+        if line.startswith("# outputs:"):
+            names = line.removeprefix("# outputs:").replace(",", " ").split()
+            return [results / name.format(exp=exp) for name in names]
+    return []
+
+
+def experiments(tables: Path) -> list[str]:
+    return sorted(p.name.removesuffix(".runs.parquet") for p in tables.glob("*.runs.parquet"))
+
+
+def execute(notebook: Path, exp: str, results: Path) -> Outcome:
+    """Run one notebook in a fresh kernel with the experiment in its environment."""
+    outputs = declared_outputs(notebook, exp, results)
+    env = {
+        "NEOXLAB_EXP": exp,
+        "NEOXLAB_RESULTS": str(results.resolve()),
+        "NEOXLAB_TABLES": str((results / "tables").resolve()),
+        "NEOXLAB_FIGURES": str((results / "figures").resolve()),
+        "MPLBACKEND": "Agg",
+    }
+    os.environ.update(env)
+    nb = jupytext.read(notebook)
+    client = NotebookClient(
+        nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
+        resources={"metadata": {"path": str(notebook.parent)}},
+    )
+    for path in outputs:
+        path.unlink(missing_ok=True)  # a stale file must not pass for a fresh one
+    try:
+        client.execute()
+    except CellExecutionError as err:
+        lines = [line for line in str(err).splitlines() if line.strip()]
+        return Outcome(notebook.name, exp, outputs, "\n".join(lines[-6:]))
+    except Exception as err:  # kernel death, timeout: still name the notebook
+        return Outcome(notebook.name, exp, outputs, f"{type(err).__name__}: {err}")
+    missing = [str(p) for p in outputs if not p.exists()]
+    if missing:
+        return Outcome(notebook.name, exp, outputs, "declared but not written: "
+                       + ", ".join(missing))
+    return Outcome(notebook.name, exp, outputs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m neoxlab.figures", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--exp", help="one experiment (default: every one with tables)")
+    parser.add_argument("--results", type=Path, default=Path("results"))
+    parser.add_argument("--analysis", type=Path, default=ANALYSIS, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    tables = args.results / "tables"
+    names = [args.exp] if args.exp else experiments(tables)
+    missing = [n for n in names if not (tables / f"{n}.runs.parquet").exists()]
+    if not names or missing:
+        which = f"EXP={missing[0]} " if missing else ""
+        print(f"error: no tables for {missing or 'any experiment'} in {tables}/: "
+              f"run `make collect {which}`first", file=sys.stderr)
+        return 2
+    books = notebooks(args.analysis)
+    failed: list[Outcome] = []
+    for exp in names:
+        for book in books:
+            start = time.perf_counter()
+            outcome = execute(book, exp, args.results)
+            took = time.perf_counter() - start
+            if outcome.error:
+                failed.append(outcome)
+                print(f"FAILED {exp} {book.name} ({took:.1f} s)", file=sys.stderr)
+            else:
+                shown = ", ".join(str(p) for p in outcome.outputs) or "no declared outputs"
+                print(f"ok     {exp} {book.name} ({took:.1f} s) -> {shown}")
+    for outcome in failed:
+        print(f"\nnotebook {outcome.notebook} failed for experiment {outcome.exp}:\n"
+              f"{outcome.error}", file=sys.stderr)
+    if failed:
+        names_failed = ", ".join(f"{o.notebook} ({o.exp})" for o in failed)
+        print(f"\nerror: {len(failed)} notebook(s) failed: {names_failed}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+"""torch.distributed and megatron-core groups for serving: one model replica over TP ranks.
+
+Megatron's TP layers need its parallel state even at TP=1, so a lone process (tests, bench)
+still starts a one-rank gloo group.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from neoxlab import dist
+
+
+def init_model_parallel(tp: int, backend: str = "gloo") -> None:
+    """Start torch.distributed (from the env dist.discover exported) and megatron's groups."""
+    from megatron.core import parallel_state
+
+    if not torch.distributed.is_initialized():
+        torch.distributed.init_process_group(backend=backend)
+    if not parallel_state.model_parallel_is_initialized():
+        parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp)
+
+
+def init_single_process() -> None:
+    """A one-rank group on a free local port (no MPI launcher needed)."""
+    if not torch.distributed.is_initialized():
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                          MASTER_PORT=str(dist.free_port()))
+    init_model_parallel(1)
+
+
+def shutdown() -> None:
+    from megatron.core import parallel_state
+
+    if parallel_state.model_parallel_is_initialized():
+        parallel_state.destroy_model_parallel()
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
