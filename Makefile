@@ -9,7 +9,7 @@ EXP ?= local_compare
 OVERRIDES := $(filter-out EXP=% RUN=% PYTHON=% TESTS=%,$(MAKEOVERRIDES))
 TESTS ?= tests
 
-.PHONY: help install run test lint bench clean-venv
+.PHONY: help install run collect figures test lint bench clean-venv
 
 help: ## list targets and experiments
 	@echo "targets:"
@@ -28,6 +28,15 @@ install: $(STAMP) ## create .venv and install pinned dependencies (no-op when up
 
 run: $(STAMP) ## run experiment EXP (default local_3d) with Hydra overrides after it
 	$(PY) -m neoxlab experiment=$(EXP) $(OVERRIDES)
+
+# EXP defaults to local_3d for `run`; collect/figures act on every experiment unless EXP is given.
+EXP_ARG := $(if $(filter command line,$(origin EXP)),--exp $(EXP))
+
+collect: $(STAMP) ## run dirs -> results/tables/<exp>.*.parquet (every experiment, or EXP=<name>)
+	$(PY) -m neoxlab.collect $(EXP_ARG)
+
+figures: $(STAMP) ## analysis/ notebooks -> results/figures/ (every experiment, or EXP=<name>)
+	$(PY) -m neoxlab.figures $(EXP_ARG)
 
 test: $(STAMP) ## run the test suite
 	$(PY) -m pytest -q $(TESTS)

@@ -13,6 +13,8 @@ import numpy as np
 import pandas as pd
 import style
 from IPython.display import display
+from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 ctx = style.setup()
 runs = ctx.table("runs")
@@ -65,18 +67,25 @@ else:
     schemes = style.order(table.index)
     dims = [d for d in style.DIMS if table[f"{d}_bytes_in"].fillna(0).gt(0).any()]
     scale, unit = byte_unit(table[[f"{d}_bytes_in" for d in dims]].max().max())
-    width = 0.8 / len(schemes)
+    width = min(0.8 / len(schemes), 0.3)
     for i, scheme in enumerate(schemes):
         xs = np.arange(len(dims)) + (i - (len(schemes) - 1) / 2) * width
         before = [table.loc[scheme, f"{d}_bytes_in"] / scale for d in dims]
         after = [table.loc[scheme, f"{d}_bytes_out"] / scale for d in dims]
         left.bar(xs, before, width * 0.9, fill=False, edgecolor=style.color(scheme), lw=1)
         left.bar(xs, after, width * 0.9, color=style.color(scheme), label=style.label(scheme))
-    left.set_yscale("log")
-    left.set_xticks(range(len(dims)), [style.DIM_LABELS[d] for d in dims])
-    left.set_ylabel(f"{unit} per training step, all ranks (log)")
-    left.set_title("Bytes per dimension: outline before, filled on the wire")
-    left.legend(ncol=2, loc="upper right")
+    shown = table[[f"{d}_bytes_out" for d in dims]].to_numpy(dtype=float) / scale
+    if np.nanmax(shown) / max(np.nanmin(shown[shown > 0]), 1e-30) > 100:
+        left.set_yscale("log")  # only when the dimensions differ by orders of magnitude
+        left.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        left.yaxis.set_minor_formatter(NullFormatter())
+    left.set_xticks(range(len(dims)), [style.DIM_LABELS[d].replace(" ", "\n", 1) for d in dims])
+    log = " (log scale)" if left.get_yscale() == "log" else ""
+    left.set_ylabel(f"{unit} per training step, all ranks{log}")
+    left.set_title("Bytes per dimension")
+    handles, names = left.get_legend_handles_labels()
+    handles.append(Patch(fill=False, edgecolor="#252525", label="outline: before compression"))
+    left.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3)
 
     parts = [("other_s", "Compute and other", "#D9D9D9", ""),
              ("comm_s", "Communication", "#636363", ""),
@@ -95,6 +104,7 @@ else:
     right.set_title("Where a step goes (mean over all steps)")
     right.grid(axis="x")
     right.grid(axis="y", visible=False)
-    right.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2)
+    right.margins(x=0.05)
+    right.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
     fig.suptitle(f"{ctx.exp}: communication on {int(gpus)} GPUs")
 style.save(fig, ctx, "comm")

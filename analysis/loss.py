@@ -40,7 +40,11 @@ for ax, n in zip(axes[0], gpus, strict=False):
     ax.grid(axis="x")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 axes[0][0].set_ylabel("Training loss (cross-entropy, nats/token)")
-fig.legend(list(entries.values()), list(entries.keys()), loc="outside right upper",
-           title="Scheme")
+if entries:
+    fig.legend(list(entries.values()), list(entries.keys()), loc="outside right upper",
+               title="Scheme")
+else:
+    for ax in axes[0]:
+        style.empty(ax, "no run has logged a step yet")
 fig.suptitle(f"{ctx.exp}: training loss (thin: raw, thick: smoothed)")
 style.save(fig, ctx, "loss")

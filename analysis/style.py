@@ -90,3 +90,10 @@ def save(fig: plt.Figure, ctx: Context, name: str) -> list[Path]:
         fig.savefig(path)
     plt.close(fig)
     return paths
+
+
+def empty(ax: plt.Axes, message: str) -> None:
+    """An honest blank panel: says what is missing instead of drawing empty axes."""
+    ax.set_axis_off()
+    ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes,
+            color="#555555", wrap=True)

@@ -23,7 +23,7 @@ panels = [
     ("tflops_per_gpu", "tflops_gain_pct", f"{unit} per GPU", scale),
     ("samples_per_s", "samples_gain_pct", "Throughput (samples/s)", 1.0),
 ]
-width = 0.8 / max(len(schemes), 1)
+width = min(0.8 / max(len(schemes), 1), 0.3)  # a lone bar stays a bar
 
 fig, axes = plt.subplots(1, 2)
 for ax, (col, gain_col, ylabel, factor) in zip(axes, panels, strict=True):
@@ -44,12 +44,16 @@ for ax, (col, gain_col, ylabel, factor) in zip(axes, panels, strict=True):
                                               bar.get_height()),
                             xytext=(0, 2), textcoords="offset points", ha="center",
                             va="bottom", fontsize=8, rotation=90)
+    if compare.empty:
+        style.empty(ax, "no completed run with throughput yet")
+        continue
     ax.set_xticks(range(len(gpus)), [f"{int(n)}" for n in gpus])
     ax.set_xlabel("GPUs (ranks)")
     ax.set_ylabel(ylabel)
     ax.margins(y=0.18)  # room for the vertical gain labels
 handles, labels = axes[0].get_legend_handles_labels()
-fig.legend(handles, labels, loc="outside right upper", title="Scheme")
+if handles:
+    fig.legend(handles, labels, loc="outside right upper", title="Scheme")
 fig.suptitle(f"{ctx.exp}: throughput per scheme, median over steady steps "
              "(labels: gain over baseline)")
 note = style.excluded_note(runs)

@@ -7,7 +7,7 @@ update and a wandb (offline) log call on rank 0 to DeepSpeed's train_batch; this
 under 2 % of a step. The local_3d experiment (8 CPU ranks, TP2 PP2 DP2, ZeRO-1) is planned
 into a fresh run dir and run under mpiexec with bench/overhead_rank.py, which alternates
 blocks of K bare steps (A) and K harnessed steps (B, neoxlab.train.program.StepRunner.step,
-the very code train() runs) on one engine: A/B/A/B... after warm-up. Reported: median
+the very code train() runs) on one engine: A B B A A B ... after warm-up. Reported: median
 per-step time of each arm (from block times, barrier to barrier, / K; and from single steps),
 overhead % of B over A, and the harness's own time inside a step on rank 0 (step wall time
 minus its train_batch), which is far less noisy on a shared machine.
@@ -75,14 +75,14 @@ def report(result: dict) -> bool:
     step_a = statistics.median(bare["step_s"])
     step_b = statistics.median(harness["step_s"])
     extra = statistics.median(result["harness_extra_s"])
-    # Per-round ratio (A and B of the same round ran back to back), then the median.
+    # Per-round ratio (the round's A and B blocks ran back to back), then the median.
     rounds = [b / a for a, b in zip(bare["block_s"], harness["block_s"], strict=True)]
     round_pct = 100.0 * (statistics.median(rounds) - 1.0)
     direct_pct = 100.0 * extra / step_a
     ab_ok, direct_ok = round_pct < GOAL_PCT, direct_pct < GOAL_PCT
     n = result["blocks"]
     print(f"\nharness overhead, local_3d ({result['world_size']} ranks), {n} blocks x {k} "
-          f"steps per arm, A/B interleaved after {result['warmup']} warm-up steps per arm; "
+          f"steps per arm, A/B interleaved (ABBA) after {result['warmup']} warm-up steps per arm; "
           f"wandb={result['wandb']} progress={result['progress']}")
     print(f"{'measure':46s} {'bare A':>10s} {'harness B':>10s} {'overhead':>9s}")
     print(f"{'median step time (block / K, barrier-bounded)':46s} {block_a * 1e3:8.1f}ms "

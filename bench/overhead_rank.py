@@ -1,7 +1,7 @@
 """Per-rank program of bench/harness_overhead.py (run under mpiexec, one process per rank).
 
-Sets up exactly as neoxlab.train.program.train() does, then alternates blocks of a bare
-``engine.train_batch`` loop (A) with blocks of the harness's own ``StepRunner.step`` (B:
+Sets up exactly as neoxlab.train.program.train() does, then alternates blocks (A B B A A B
+...) of a bare ``engine.train_batch`` loop (A) with the harness's own ``StepRunner.step`` (B:
 train_batch + metrics record + metrics.jsonl + progress bar + wandb) on the same engine,
 so both arms see the same model, data and machine load. Rank 0 writes overhead.json.
 
@@ -87,8 +87,10 @@ def main() -> None:
     arms: dict[str, dict[str, list]] = {
         name: {"step_s": [], "block_s": []} for name in ("bare", "harness")
     }
-    for _ in range(args.blocks):
-        for name, fn in (("bare", bare), ("harness", harnessed)):
+    arm_fns = (("bare", bare), ("harness", harnessed))
+    for block in range(args.blocks):
+        # A B, then B A: order effects and linear drift of the machine hit both arms alike.
+        for name, fn in arm_fns if block % 2 == 0 else arm_fns[::-1]:
             times, block = timed_block(fn, step, args.k)
             step += args.k
             arms[name]["step_s"].extend(times)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from neoxlab.results import Malformed, Run, find_run_dirs, load_run
+from neoxlab.results import COMM_FIELDS, STEP_FIELDS, Malformed, Run, find_run_dirs, load_run
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BASELINE = "none"
@@ -50,22 +50,28 @@ def runs_table(runs: list[Run], group: str) -> pd.DataFrame:
     return frame
 
 
-def steps_table(runs: list[Run], group: str) -> pd.DataFrame:
-    keys = ("experiment", "run_id", "scheme", "gpus", "status")
+RUN_KEYS = ("experiment", "run_id", "scheme", "gpus", "status")
+
+
+def _per_run(runs: list[Run], group: str, attr: str, columns: tuple[str, ...]) -> pd.DataFrame:
+    """Rows of every run's steps or comm records, tagged with the run; columns even if empty."""
     rows = [
-        {"group": group, **{k: run.row[k] for k in keys}, **step}
-        for run in runs for step in run.steps
+        {"group": group, **{k: run.row[k] for k in RUN_KEYS}, **rec}
+        for run in runs for rec in getattr(run, attr)
     ]
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    for col in ("group", *RUN_KEYS, *columns):
+        if col not in frame:
+            frame[col] = pd.Series(dtype="float64" if col not in RUN_KEYS else "object")
+    return frame
+
+
+def steps_table(runs: list[Run], group: str) -> pd.DataFrame:
+    return _per_run(runs, group, "steps", (*STEP_FIELDS, "loss_smooth"))
 
 
 def comm_table(runs: list[Run], group: str) -> pd.DataFrame:
-    keys = ("experiment", "run_id", "scheme", "gpus", "status")
-    rows = [
-        {"group": group, **{k: run.row[k] for k in keys}, **rec}
-        for run in runs for rec in run.comm
-    ]
-    return pd.DataFrame(rows)
+    return _per_run(runs, group, "comm", ("rank", "dim", "op", *COMM_FIELDS))
 
 
 def compare_schemes(runs: pd.DataFrame) -> pd.DataFrame:

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +27,8 @@ from nbclient.exceptions import CellExecutionError
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ANALYSIS = REPO_ROOT / "analysis"
 CELL_TIMEOUT_S = 300
+PARALLEL = 4
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 @dataclass
@@ -55,29 +59,32 @@ def experiments(tables: Path) -> list[str]:
     return sorted(p.name.removesuffix(".runs.parquet") for p in tables.glob("*.runs.parquet"))
 
 
-def execute(notebook: Path, exp: str, results: Path) -> Outcome:
-    """Run one notebook in a fresh kernel with the experiment in its environment."""
-    outputs = declared_outputs(notebook, exp, results)
-    env = {
+def environment(exp: str, results: Path) -> dict[str, str]:
+    """What a notebook reads to know its experiment and where tables and figures live."""
+    return {
         "NEOXLAB_EXP": exp,
         "NEOXLAB_RESULTS": str(results.resolve()),
         "NEOXLAB_TABLES": str((results / "tables").resolve()),
         "NEOXLAB_FIGURES": str((results / "figures").resolve()),
         "MPLBACKEND": "Agg",
     }
-    os.environ.update(env)
+
+
+def execute(notebook: Path, exp: str, results: Path) -> Outcome:
+    """Run one notebook in a fresh kernel (it inherits the environment set by main)."""
+    outputs = declared_outputs(notebook, exp, results)
     nb = jupytext.read(notebook)
     client = NotebookClient(
         nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
         resources={"metadata": {"path": str(notebook.parent)}},
+        shutdown_kernel="immediate",  # outputs are on disk; a graceful stop only costs time
     )
     for path in outputs:
         path.unlink(missing_ok=True)  # a stale file must not pass for a fresh one
     try:
         client.execute()
     except CellExecutionError as err:
-        lines = [line for line in str(err).splitlines() if line.strip()]
-        return Outcome(notebook.name, exp, outputs, "\n".join(lines[-6:]))
+        return Outcome(notebook.name, exp, outputs, _describe(err))
     except Exception as err:  # kernel death, timeout: still name the notebook
         return Outcome(notebook.name, exp, outputs, f"{type(err).__name__}: {err}")
     missing = [str(p) for p in outputs if not p.exists()]
@@ -85,6 +92,14 @@ def execute(notebook: Path, exp: str, results: Path) -> Outcome:
         return Outcome(notebook.name, exp, outputs, "declared but not written: "
                        + ", ".join(missing))
     return Outcome(notebook.name, exp, outputs)
+
+
+def _describe(err: CellExecutionError) -> str:
+    """The error and the cell that raised it, without the terminal colour codes."""
+    text = ANSI.sub("", str(err))
+    cell = text.split("------------------")[1].strip() if "------------------" in text else ""
+    shown = "\n".join("    " + line for line in cell.splitlines()[:12])
+    return f"{err.ename}: {ANSI.sub('', err.evalue)}\n  in the cell:\n{shown}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,16 +120,20 @@ def main(argv: list[str] | None = None) -> int:
     books = notebooks(args.analysis)
     failed: list[Outcome] = []
     for exp in names:
-        for book in books:
-            start = time.perf_counter()
-            outcome = execute(book, exp, args.results)
-            took = time.perf_counter() - start
+        os.environ.update(environment(exp, args.results))  # kernels inherit it
+        start = time.perf_counter()
+        # One kernel per notebook, all at once: each waits mostly on its own start-up.
+        with ThreadPoolExecutor(max_workers=min(len(books), PARALLEL) or 1) as pool:
+            outcomes = list(pool.map(lambda b, e=exp: execute(b, e, args.results), books))
+        took = time.perf_counter() - start
+        for outcome in outcomes:
             if outcome.error:
                 failed.append(outcome)
-                print(f"FAILED {exp} {book.name} ({took:.1f} s)", file=sys.stderr)
+                print(f"FAILED {exp} {outcome.notebook}", file=sys.stderr)
             else:
                 shown = ", ".join(str(p) for p in outcome.outputs) or "no declared outputs"
-                print(f"ok     {exp} {book.name} ({took:.1f} s) -> {shown}")
+                print(f"ok     {exp} {outcome.notebook} -> {shown}")
+        print(f"{exp}: {len(books)} notebooks in {took:.1f} s")
     for outcome in failed:
         print(f"\nnotebook {outcome.notebook} failed for experiment {outcome.exp}:\n"
               f"{outcome.error}", file=sys.stderr)

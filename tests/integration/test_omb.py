@@ -102,8 +102,8 @@ def test_every_collective_validates_and_catches_a_corrupted_element():
         assert all(v == "Fail" for _, v, _ in bad), (name, bad)
 
 
-def test_collective_cli_with_torch_buffers_and_char():
-    doc = omb_json(4, "alltoall", "--buffer", "torch", "-m", "1:64", "-i", "3", "-x", "1",
+def test_collective_cli_with_bytearray_and_char():
+    doc = omb_json(4, "alltoall", "--buffer", "bytearray", "-m", "1:64", "-i", "3", "-x", "1",
                    "--validate")
     assert doc["world_size"] == 4
     assert_all_pass(doc, powers(1, 64))
@@ -111,17 +111,17 @@ def test_collective_cli_with_torch_buffers_and_char():
 
 
 def test_torch_backend_allreduce_over_gloo():
-    doc = omb_json(4, "allreduce", "--backend", "torch", "--buffer", "torch", "-m", "4:1024",
+    doc = omb_json(4, "allreduce", "--backend", "torch", "--buffer", "torch", "-m", "4:64",
                    "-i", "3", "-x", "1", "--validate", "--barrier")
     assert doc["backend"] == "torch"
-    assert_all_pass(doc, powers(4, 1024))
+    assert_all_pass(doc, powers(4, 64))
 
 
 @pytest.mark.parametrize("spec, lossless", [("zfp:rate=16", False), ("mpc", True)])
 def test_compressed_allreduce(spec, lossless):
     compress = pytest.importorskip("neoxlab.compress")
     assert compress.make_compressor(spec).lossless is lossless
-    doc = omb_json(4, "allreduce", "--buffer", "torch", "--compress", spec, "-m", "4:16384",
+    doc = omb_json(2, "allreduce", "--buffer", "torch", "--compress", spec, "-m", "4:16384",
                    "-i", "2", "-x", "1", "--validate")
     assert doc["compress"] == spec
     assert_all_pass(doc, powers(4, 16384))
@@ -160,12 +160,14 @@ def test_bad_options_exit_2_with_a_message(ranks, args, message):
 
 
 def test_unavailable_buffer_is_named_and_skippable():
-    pytest.importorskip("torch")
-    import torch
+    try:
+        import cupy  # noqa: F401
 
-    if torch.cuda.is_available():
-        pytest.skip("a GPU is present, so cuda buffers are available")
-    proc = omb(2, "latency", "--buffer", "cuda", "-m", "1:8")
-    assert proc.returncode == 2 and "--buffer cuda is not available" in proc.stderr
-    proc = omb(2, "latency", "--buffer", "cuda", "-m", "1:8", "--skip-unavailable")
-    assert proc.returncode == 0 and "skipped" in proc.stderr
+        pytest.skip("cupy is installed here, so cupy buffers may be available")
+    except ImportError:
+        pass
+    proc = omb(2, "latency", "--buffer", "cupy", "-m", "1:8")
+    assert proc.returncode == 2
+    assert "--buffer cupy is not available here: cupy is not installed" in proc.stderr
+    proc = omb(2, "latency", "--buffer", "cupy", "-m", "1:8", "--skip-unavailable")
+    assert proc.returncode == 0 and "skipped" in proc.stderr and proc.stdout == ""

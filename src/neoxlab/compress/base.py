@@ -19,10 +19,12 @@ Wire format (little-endian), version 1::
      16  8*nd  shape, one int64 per dimension
     ...        body (starts 8-byte aligned)
 
-A body is never larger than the raw tensor: when compressing would not shrink the message
-(tiny tensors, incompressible data) or would change values it must not (NaN/Inf into a
-lossy codec), the raw bytes are sent with the PASSTHROUGH flag. Hence
-``max_encoded_bytes = header + numel * itemsize`` for every compressor.
+Codecs compress fp32, fp16 and bf16 (mpc and none also fp64); every other dtype passes
+through untouched. A body is never larger than the raw tensor: when compressing would not
+shrink the message (tiny tensors, incompressible data) or would change values it must not
+(NaN/Inf into a lossy codec), the raw bytes are sent with the PASSTHROUGH flag and counted
+in ``stats.passthrough``. Hence ``max_encoded_bytes = header + numel * itemsize`` for
+every compressor (``none`` sends its raw body without the flag).
 """
 
 from __future__ import annotations
@@ -159,8 +161,7 @@ class Header:
 
 def view_as(raw: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Reinterpret a 1-D uint8 slice as dtype, copying first only if it is misaligned."""
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    if raw.storage_offset() % itemsize:
+    if raw.storage_offset() % dtype.itemsize:
         raw = raw.clone()
     return raw.view(dtype)
 
@@ -176,10 +177,6 @@ def finite_absmax(x: torch.Tensor) -> float | None:
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return None
     return max(-lo, hi)
-
-
-def itemsize(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
 
 
 class Compressor(ABC):
@@ -231,7 +228,7 @@ class Compressor(ABC):
                           ndim: int = DEFAULT_MAX_NDIM) -> int:
         """Upper bound of ``encode(x).numel()`` for any x with this numel, dtype and at most
         ``ndim`` dimensions (bodies never exceed the raw bytes; see module docstring)."""
-        return header_nbytes(ndim) + numel * itemsize(dtype)
+        return header_nbytes(ndim) + numel * dtype.itemsize
 
     def _fixed_body_nbytes(self, numel: int, dtype: torch.dtype) -> int | None:
         """Exact body size when it does not depend on the data (lets encode skip work)."""
@@ -277,7 +274,7 @@ class Compressor(ABC):
         hdr, body = Header.parse(buf)
         self.stats.decodes += 1
         if hdr.passthrough:
-            n = hdr.numel * itemsize(hdr.dtype)
+            n = hdr.numel * hdr.dtype.itemsize
             if body.numel() != n:
                 raise WireFormatError(f"passthrough body has {body.numel()} bytes, "
                                       f"expected {n} for {hdr.dtype} {list(hdr.shape)}")

@@ -43,26 +43,21 @@ class Identity(Compressor):
 class _Cast(Compressor):
     """Send values in a narrower float type and cast back on decode.
 
-    Messages with NaN/Inf, or with a magnitude beyond the target type's largest finite
-    value (which the cast would turn into Inf or clamp), pass through raw and are counted.
+    Messages with NaN/Inf, or with a value the cast would round to Inf (beyond the target
+    type's range), pass through raw and are counted. The check runs on the cast result
+    (half the bytes of the fp32 input): a non-finite result means one of those.
     """
 
     target: torch.dtype
-
-    def __init__(self, **unknown: object) -> None:
-        super().__init__(**unknown)
-        self._fmax = torch.finfo(self.target).max
 
     def _fixed_body_nbytes(self, numel: int, dtype: torch.dtype) -> int:
         return numel * self.target.itemsize
 
     def _encode(self, flat: torch.Tensor, hdr: Header) -> torch.Tensor | None:
-        amax = finite_absmax(flat)
-        if amax is None or amax > self._fmax:
-            return None
         buf, body = hdr.alloc(flat.numel() * self.target.itemsize, flat.device)
-        body.view(self.target).copy_(flat)
-        return buf
+        narrow = body.view(self.target)
+        narrow.copy_(flat)
+        return buf if finite_absmax(narrow) is not None else None
 
     def _decode(self, body: torch.Tensor, hdr: Header) -> torch.Tensor:
         return view_as(body, self.target).to(hdr.dtype, copy=True)
@@ -70,17 +65,18 @@ class _Cast(Compressor):
 
 @register("fp16", cid=2)
 class Fp16(_Cast):
-    """IEEE half: |err| <= 2^-11 |x| for |x| in [2^-14, 65504] (round to nearest), and
-    |err| <= 2^-25 below (subnormals). |x| > 65504 anywhere -> the message passes through.
-    Decoding to bf16 adds bf16's own rounding (2^-8 relative)."""
+    """IEEE half: |err| <= 2^-11 |x| for |x| in [2^-14, 65520) (round to nearest; 65504 is
+    the largest half), and |err| <= 2^-25 below 2^-14 (subnormals, flush under 2^-25).
+    Any |x| >= 65520 (would become Inf) -> the message passes through. Decoding to bf16
+    adds bf16's own rounding (2^-8 relative)."""
 
     target = torch.float16
 
 
 @register("bf16", cid=3)
 class Bf16(_Cast):
-    """bfloat16: |err| <= 2^-8 |x| for normal values (8-bit mantissa, fp32's exponent
-    range); values within 2^-133 of zero may flush. Only magnitudes that would round to
-    Inf (> 3.3895e38) force a passthrough."""
+    """bfloat16: |err| <= 2^-8 |x| for |x| >= 2^-126 (8-bit significand, fp32's exponent
+    range) and |err| <= 2^-134 below (subnormals). Only magnitudes that would round to Inf
+    (about 3.39e38 and up) force a passthrough."""
 
     target = torch.bfloat16

@@ -82,7 +82,8 @@ class _Blockwise(Compressor):
             amax = torch.cat([r.amax(1) for r in _rows(qs, blk)])  # NaN/Inf propagate
             peaks.append(amax.max())
             torch.div(amax, self.qmax, out=scales[b0: b0 + amax.numel()])
-            inv = torch.where(amax > 0, self.qmax / amax, torch.zeros_like(amax))
+            # all-zero blocks, and blocks so tiny that qmax / amax overflows, code as zeros
+            inv = torch.nan_to_num(self.qmax / amax, nan=0.0, posinf=0.0)
             lo = 0
             for rows, src in zip(_rows(qs, blk), _rows(part, blk), strict=True):
                 torch.mul(src, inv[lo: lo + rows.shape[0], None], out=rows)
@@ -111,15 +112,18 @@ class _Blockwise(Compressor):
         step = max(blk, _SLICE // blk * blk)
         for start in range(0, n, step):
             m = min(step, n - start)
-            if self.bits == 8:
-                q = codes[start: start + m].view(torch.int8).float()
-            else:
+            if self.bits == 4:
                 q = _unpack_int4(codes[start // 2: start // 2 + (m + 1) // 2], m)
+            elif hdr.dtype == torch.float32:
+                q = out[start: start + m].copy_(codes[start: start + m].view(torch.int8))
+            else:
+                q = codes[start: start + m].view(torch.int8).float()
             lo = start // blk
             for rows in _rows(q, blk):
                 rows.mul_(scales[lo: lo + rows.shape[0], None])
                 lo += rows.shape[0]
-            out[start: start + m].copy_(q)
+            if q.data_ptr() != out[start:].data_ptr():
+                out[start: start + m].copy_(q)
         return out
 
 
@@ -155,7 +159,8 @@ class Int8(_Blockwise):
 
     Error bound per value: |x - x'| <= scale / 2 with scale = max|x_block| / 127, plus fp32
     rounding of the product (<= 2^-23 |x|); decoding to fp16/bf16 adds that type's
-    rounding. NaN/Inf -> passthrough.
+    rounding. Blocks with max|x| < 127 / FLT_MAX (~4e-37) decode as zeros. NaN/Inf ->
+    passthrough.
     """
 
     qmax = 127
@@ -167,7 +172,8 @@ class Int4(_Blockwise):
     """int4 codes in [-7, 7], two per byte, one fp32 scale per block: ratio ~ 8 on fp32.
 
     Error bound per value: |x - x'| <= scale / 2 with scale = max|x_block| / 7 (same
-    extra rounding terms as int8). ``block`` must be even. NaN/Inf -> passthrough.
+    extra terms as int8; blocks with max|x| < 7 / FLT_MAX decode as zeros). ``block`` must
+    be even. NaN/Inf -> passthrough.
     """
 
     qmax = 7

@@ -247,7 +247,9 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m neoxlab.omb",
                 description="OSU-compatible micro-benchmarks for mpi4py, torch.distributed "
-                            "and compressed collectives. Run under mpiexec.")
+                            "and compressed collectives. Run under mpiexec.",
+                epilog="example: mpiexec -n 4 python -m neoxlab.omb allreduce --buffer torch "
+                       "--compress zfp:rate=8 --validate --full --format json")
     p.add_argument("benchmark", help=", ".join(BENCHMARKS))
     p.add_argument("--buffer", "-b", default="numpy", help=", ".join(BUFFERS))
     p.add_argument("--backend", default="mpi", help="mpi (mpi4py) or torch (torch.distributed)")

@@ -105,7 +105,8 @@ def hf_cb_model(model: ModelConfig, weights: str, seed: int):
 
         path = weights.removeprefix("hf:")
         return GPTNeoXForCausalLM.from_pretrained(path).float().eval(), "gpt-neox (same weights)"
-    why = "" if neox_cb_supported() else f", GPT-NeoX unsupported in CB by {transformers.__version__}"
+    version = transformers.__version__
+    why = "" if neox_cb_supported() else f", GPT-NeoX unsupported in CB by {version}"
     return llama_twin(model, seed), f"llama twin (matched shape{why})"
 
 
@@ -119,7 +120,7 @@ def run_hf_cb(model, requests: list[Request], sizing: CBSizing, sampling: Sampli
     manager.start()
     result = EngineRun("hf_cb")
     outputs: dict[str, object] = {}
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
 
     def drain(until: float) -> None:
         while True:
@@ -140,12 +141,14 @@ def run_hf_cb(model, requests: list[Request], sizing: CBSizing, sampling: Sampli
             if not manager.is_running():
                 break
             drain(time.perf_counter() + 0.05)
+        result.cpu_s = time.process_time() - cpu0
     finally:
         manager.stop(block=True, timeout=30)
     for r in requests:
         out = outputs.get(str(r.rid))
         if out is None or out.error is not None:
-            raise RuntimeError(f"hf_cb request {r.rid} failed: {getattr(out, 'error', 'no result')}")
+            error = getattr(out, "error", "no result")
+            raise RuntimeError(f"hf_cb request {r.rid} failed: {error}")
         stamps = out.timestamps or [out.lifespan[1]]
         result.records.append({
             "rid": r.rid, "arrival_s": r.arrival_s, "admit_s": out.lifespan[0] - t0,

@@ -60,6 +60,7 @@ class EngineRun:
     rows: int = 0  # rows computed over all steps
     wasted_rows: int = 0  # rows of finished requests computed anyway
     total_s: float = 0.0
+    cpu_s: float = 0.0  # process CPU time: robust to other load on a shared machine
     peak_rss_bytes: int = 0
     kv_cache_bytes: int = 0
 
@@ -78,6 +79,7 @@ class Engine:
         self.live: dict[int, _Live] = {}
         self.batch_rows = 0
         self._proc = psutil.Process()
+        self.t0, self.cpu0 = time.perf_counter(), time.process_time()
 
     def check(self, requests: list[Request]) -> None:
         for r in requests:
@@ -90,18 +92,34 @@ class Engine:
 
     def run(self, requests: list[Request]) -> EngineRun:
         """Serve the whole trace; returns per-request records and engine counters."""
+        self.begin(requests)
+        while self.tick():
+            pass
+        return self.end()
+
+    def begin(self, requests: list[Request]) -> None:
         self.check(requests)
-        result = EngineRun(self.policy.name, kv_cache_bytes=self.cache.nbytes)
-        pending = deque(sorted(requests, key=lambda r: (r.arrival_s, r.rid)))
-        self.t0 = time.perf_counter()
-        while pending or self.live:
-            admit = self.control.bcast(self._decide(pending) if self.control.root else None)
-            for _ in range(admit):
-                self._admit(pending.popleft(), result)
-            if self.live:
-                self._step(result)
-            result.peak_rss_bytes = max(result.peak_rss_bytes, self._proc.memory_info().rss)
+        self.result = EngineRun(self.policy.name, kv_cache_bytes=self.cache.nbytes)
+        self.pending = deque(sorted(requests, key=lambda r: (r.arrival_s, r.rid)))
+        self.t0, self.cpu0 = time.perf_counter(), time.process_time()
+
+    def tick(self) -> bool:
+        """Admit what may join now, then one decode step; False once everything is served."""
+        if not (self.pending or self.live):
+            return False
+        admit = self.control.bcast(self._decide(self.pending) if self.control.root else None)
+        for _ in range(admit):
+            self._admit(self.pending.popleft(), self.result)
+        if self.live:
+            self._step(self.result)
+        rss = self._proc.memory_info().rss
+        self.result.peak_rss_bytes = max(self.result.peak_rss_bytes, rss)
+        return True
+
+    def end(self) -> EngineRun:
+        result = self.result
         result.total_s = max((r["finish_s"] for r in result.records), default=0.0)
+        result.cpu_s = time.process_time() - self.cpu0
         result.records.sort(key=lambda r: r["rid"])
         return result
 
@@ -121,9 +139,10 @@ class Engine:
             while arrived < len(pending) and pending[arrived].arrival_s <= now:
                 arrived += 1
             room = self._room()
-            if self.policy.window_s > 0 and not self.live and 0 < arrived < room < len(pending) + 1:
-                deadline = pending[0].arrival_s + self.policy.window_s
-                if now < deadline and arrived < len(pending):
+            more_coming = arrived < len(pending)
+            if self.policy.window_s > 0 and not self.live and 0 < arrived < room and more_coming:
+                deadline = pending[0].arrival_s + self.policy.window_s  # batching window
+                if now < deadline:
                     time.sleep(max(0.0, min(deadline, pending[arrived].arrival_s) - now))
                     continue
             if arrived and room:

@@ -49,7 +49,8 @@ def summarize(run: EngineRun, solo: tuple[float, float] | None = None) -> dict:
     tokens = sum(r["output_tokens"] for r in reqs)
     out = {
         "engine": run.engine, "requests": len(reqs), "output_tokens": tokens,
-        "total_s": run.total_s, "tokens_per_s": tokens / run.total_s if run.total_s else None,
+        "total_s": run.total_s, "cpu_s": run.cpu_s,
+        "tokens_per_s": tokens / run.total_s if run.total_s else None,
         "latency_mean_s": statistics.fmean(lat), "latency_p50_s": percentile(lat, 50),
         "latency_p99_s": percentile(lat, 99), "ttft_mean_s": statistics.fmean(ttft),
         "ttft_p50_s": percentile(ttft, 50), "ttft_p99_s": percentile(ttft, 99),
@@ -66,6 +67,7 @@ def summarize(run: EngineRun, solo: tuple[float, float] | None = None) -> dict:
 
 COLUMNS = (
     ("engine", "engine", "{}"), ("gap_ms", "gap ms", "{:g}"), ("total_s", "total s", "{:.2f}"),
+    ("cpu_s", "cpu s", "{:.2f}"),
     ("tokens_per_s", "tok/s", "{:.0f}"), ("speedup", "x seq", "{:.2f}"),
     ("latency_mean_s", "lat mean", "{:.3f}"), ("latency_p50_s", "p50", "{:.3f}"),
     ("latency_p99_s", "p99", "{:.3f}"), ("ttft_mean_s", "ttft", "{:.3f}"),

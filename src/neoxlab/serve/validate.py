@@ -19,8 +19,8 @@ def validate_serve(cfg: Config) -> list[str]:
     errors: list[str] = []
     bad = [e for e in s.engines if e not in ENGINES]
     if bad or not s.engines:
-        errors.append(f"serve.engines={list(s.engines)}: {bad or 'empty'} not among {list(ENGINES)};"
-                      " list engines from that set")
+        errors.append(f"serve.engines={list(s.engines)}: {bad or 'empty'} not among "
+                      f"{list(ENGINES)}; list engines from that set")
     for name in ("num_requests", "slots", "max_seq_len", "prompt_len_min", "output_len_min",
                  "hf_cb_num_blocks", "hf_cb_max_batch_tokens", "hf_cb_page_size"):
         if getattr(s, name) < 1:

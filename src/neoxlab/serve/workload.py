@@ -52,10 +52,14 @@ def make_workload(spec: WorkloadSpec) -> list[Request]:
     return requests
 
 
-def save_workload(path: Path, spec: WorkloadSpec, requests: list[Request]) -> None:
-    rundir.write_json(path, {"spec": asdict(spec), "requests": [asdict(r) for r in requests]})
+def trace_json(gap_ms: float, gap_scale: float, spec: WorkloadSpec,
+               requests: list[Request]) -> dict:
+    """One trace as saved in workload.json (nominal gap, scale, spec, every request)."""
+    return {"gap_ms": gap_ms, "gap_scale": gap_scale, "spec": asdict(spec),
+            "requests": [asdict(r) for r in requests]}
 
 
-def load_workload(path: Path) -> list[Request]:
+def load_traces(path: Path) -> list[tuple[float, list[Request]]]:
+    """(nominal gap ms, requests) per trace of a run's workload.json."""
     data = rundir.read_json(path)
-    return [Request(**r) for r in data["requests"]]
+    return [(t["gap_ms"], [Request(**r) for r in t["requests"]]) for t in data["traces"]]

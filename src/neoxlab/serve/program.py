@@ -1,0 +1,119 @@
+"""What every serve rank runs: discover -> init TP groups -> build the model -> every engine
+on every trace -> results in the run dir (rank 0) -> table.
+
+Mirrors the training program's contract with the launcher: output in logs/rank<N>.log,
+logs/rank<N>.pid at start, logs/rank<N>.done at the end, errors in rank<N>.error.json and
+an abort of the whole job, status.json from planned to running to completed or failed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import TextIO
+
+from neoxlab import dist, rundir
+from neoxlab.config import Config
+from neoxlab.train.program import record_failure, redirect_output
+
+
+def settings_of(cfg: Config):
+    from neoxlab.serve.hf_cb import CBSizing
+    from neoxlab.serve.runner import RunSettings
+    from neoxlab.serve.scheduler import Sampling
+
+    s = cfg.serve
+    return RunSettings(
+        slots=s.slots, max_concurrent=s.max_concurrent or s.slots, max_seq_len=s.max_seq_len,
+        window_s=s.batch_window_ms / 1000,
+        sampling=Sampling(s.sampling, s.temperature, s.top_k, s.eos_token_id),
+        cb_sizing=CBSizing(s.hf_cb_num_blocks, s.hf_cb_max_batch_tokens, s.hf_cb_page_size),
+        weights=s.weights, seed=cfg.train.seed,
+    )
+
+
+def traces_of(cfg: Config, vocab_size: int):
+    """(nominal gap ms, spec, requests) per gap: the same requests, arrivals scaled."""
+    from neoxlab.serve.workload import WorkloadSpec, make_workload
+
+    s = cfg.serve
+    out = []
+    for gap in s.gaps_ms or [s.mean_gap_ms]:
+        spec = WorkloadSpec(s.num_requests, s.arrival, gap * s.gap_scale / 1000,
+                            (s.prompt_len_min, s.prompt_len_max),
+                            (s.output_len_min, s.output_len_max), vocab_size, s.seed)
+        out.append((gap, spec, make_workload(spec)))
+    return out
+
+
+def serve(cfg: Config, run_dir: Path, rank: int, world: int, terminal: TextIO | None) -> None:
+    import torch
+
+    from neoxlab.serve.distributed import init_model_parallel
+    from neoxlab.serve.runner import Runner, ratios
+    from neoxlab.serve.scheduler import Control
+    from neoxlab.serve.stats import format_table
+    from neoxlab.serve.validate import check_serve
+    from neoxlab.serve.weights import build_serve_model
+    from neoxlab.serve.workload import trace_json
+
+    check_serve(cfg)
+    torch.set_num_threads(cfg.engine.torch_threads)
+    init_model_parallel(cfg.parallel.tp)
+    comm = None
+    if world > 1:
+        from mpi4py import MPI
+
+        comm = MPI.COMM_WORLD
+    s = cfg.serve
+    model = build_serve_model(cfg.model, s.weights, cfg.train.seed, cfg.parallel.tp, rank,
+                              s.max_seq_len)
+    traces = traces_of(cfg, model.config.vocab_size)
+    if rank == 0:
+        rundir.write_json(run_dir / "workload.json", {"traces": [
+            trace_json(g, s.gap_scale, spec, reqs) for g, spec, reqs in traces]})
+    runner = Runner(model, settings_of(cfg), Control(comm))
+    rows, request_rows = [], []
+    for gap, _, requests in traces:
+        got, per_req = runner.run_all(list(s.engines), requests, gap)
+        rows += got
+        request_rows += per_req
+        print(f"[serve] gap {gap} ms done", flush=True)
+    if rank == 0:
+        lines = "".join(json.dumps(r, sort_keys=True) + "\n" for r in request_rows)
+        rundir.write_atomic(run_dir / "serve_results.jsonl", lines)
+        rundir.write_json(run_dir / "summary.json", {
+            "task": "serve", "engines": rows, "ratios": ratios(rows),
+            "model": {"layers": model.config.num_layers, "hidden": model.config.hidden_size,
+                      "heads": model.config.num_attention_heads, "tp": cfg.parallel.tp,
+                      "weights": s.weights},
+            "gap_scale": s.gap_scale,
+        })
+        table = format_table(rows)
+        print(table, flush=True)
+        if terminal is not None:
+            terminal.write(table + "\n")
+            terminal.flush()
+    torch.distributed.barrier()
+
+
+def main(run_dir: Path) -> int:
+    cfg = rundir.load_config(run_dir)
+    info = dist.discover(cfg.launch.master_port)
+    terminal = redirect_output(run_dir, info.rank)
+    logs = run_dir / "logs"
+    rundir.write_atomic(logs / f"rank{info.rank}.pid", str(os.getpid()))
+    try:
+        if info.rank == 0:
+            rundir.set_status(run_dir, "running", world_size=info.world_size)
+        serve(cfg, run_dir, info.rank, info.world_size, terminal if info.rank == 0 else None)
+    except BaseException as exc:  # noqa: BLE001 - any failure must end the whole job
+        record_failure(run_dir, info.rank, exc)
+        error = f"{type(exc).__name__}: {exc}"
+        rundir.set_status(run_dir, "failed", failed_rank=info.rank, error=error)
+        dist.abort_job(1)
+    rundir.write_atomic(logs / f"rank{info.rank}.done", "")
+    if info.rank == 0:
+        rundir.set_status(run_dir, "completed", exit_code=0)
+    return 0

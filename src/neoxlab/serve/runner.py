@@ -1,0 +1,105 @@
+"""Every engine on the same model and trace, side by side: warm-up + solo baseline, the
+timed run, summaries, speedups and an output check against a reference engine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from neoxlab.serve.hf_cb import CBSizing, hf_cb_model, run_hf_cb
+from neoxlab.serve.model import ServeModel
+from neoxlab.serve.policies import policy_for
+from neoxlab.serve.scheduler import Control, Engine, EngineRun, Sampling
+from neoxlab.serve.stats import per_request, solo_timing, summarize
+from neoxlab.serve.workload import Request
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    slots: int
+    max_concurrent: int
+    max_seq_len: int
+    window_s: float
+    sampling: Sampling
+    cb_sizing: CBSizing
+    weights: str = "random"
+    seed: int = 1234
+
+
+class Runner:
+    def __init__(self, model: ServeModel, settings: RunSettings, control: Control | None = None):
+        self.model, self.settings = model, settings
+        self.control = control or Control()
+        self._hf = None
+
+    def hf(self):
+        if self._hf is None:
+            self._hf = hf_cb_model(self.model.config, self.settings.weights, self.settings.seed)
+        return self._hf
+
+    def run_engine(self, name: str, requests: list[Request]) -> tuple[EngineRun, dict]:
+        """Warm up on the longest request alone (its timings are the solo baseline), then
+        serve the trace on a fresh engine."""
+        s = self.settings
+        longest = max(requests, key=lambda r: (r.max_new_tokens, len(r.prompt)))
+        solo_req = [replace(longest, arrival_s=0.0)]
+        if name == "hf_cb":
+            model, label = self.hf()
+            solo = run_hf_cb(model, solo_req, s.cb_sizing, s.sampling)
+            run = run_hf_cb(model, requests, s.cb_sizing, s.sampling)
+        else:
+            label = "gpt-neox (ours)"
+            policy = policy_for(name, s.max_concurrent, s.window_s)
+
+            def engine() -> Engine:
+                return Engine(self.model, policy, s.slots, s.max_seq_len, s.sampling,
+                              self.control)
+
+            solo = engine().run(solo_req)
+            run = engine().run(requests)
+        summary = summarize(run, solo_timing(solo))
+        summary["model"] = label
+        return run, summary
+
+    def run_all(self, engines: list[str], requests: list[Request], gap_ms: float
+                ) -> tuple[list[dict], list[dict]]:
+        """(summary rows, per-request rows) for every engine on this trace."""
+        runs, rows = {}, []
+        for name in engines:
+            runs[name], summary = self.run_engine(name, requests)
+            rows.append({"gap_ms": gap_ms, **summary})
+        reference = "sequential" if "sequential" in runs else engines[0]
+        ref_tokens = [r["tokens"] for r in runs[reference].records]
+        base = runs.get("sequential")
+        for row in rows:
+            run = runs[row["engine"]]
+            same_model = row["model"].startswith("gpt-neox")
+            tokens = [r["tokens"] for r in run.records]
+            row["outputs_match"] = (tokens == ref_tokens) if same_model else None
+            row["speedup"] = base.total_s / run.total_s if base and run.total_s else None
+        requests_rows = [
+            {"gap_ms": gap_ms, "engine": name, **rec, **per_request(rec)}
+            for name, run in runs.items() for rec in run.records
+        ]
+        return rows, requests_rows
+
+
+def ratios(rows: list[dict]) -> dict:
+    """The issue's headline ratios at each gap (None where an engine did not run)."""
+    out = {}
+    for gap in sorted({r["gap_ms"] for r in rows}):
+        by = {r["engine"]: r for r in rows if r["gap_ms"] == gap}
+        out[str(gap)] = {
+            "fused_vs_sequential_total_time": _ratio(by, "sequential", "total_s", False),
+            "fused_vs_hf_cb_throughput": _ratio(by, "hf_cb", "tokens_per_s", True),
+            "fused_vs_noreorder_total_time": _ratio(by, "fused_noreorder", "total_s", False),
+            "fused_vs_static_total_time": _ratio(by, "static", "total_s", False),
+        }
+    return out
+
+
+def _ratio(by: dict[str, dict], other: str, key: str, higher_better: bool) -> float | None:
+    """fused's advantage over `other` on `key` (> 1: fused is better)."""
+    f, o = by.get("fused"), by.get(other)
+    if not f or not o or not f[key] or not o[key]:
+        return None
+    return f[key] / o[key] if higher_better else o[key] / f[key]

@@ -1,0 +1,109 @@
+"""`make figures` on fixture runs: every declared output, and the summary's numbers checked."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import statistics
+from pathlib import Path
+
+import matplotlib.image as mpimg
+import pytest
+
+from neoxlab import collect, figures
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+EXP = "local_compare"
+
+
+@pytest.fixture(scope="module")
+def drawn(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
+    """Collect and draw once for the module: kernels are the slow part."""
+    results = tmp_path_factory.mktemp("fig") / "results"
+    shutil.copytree(FIXTURES / "runs" / EXP, results / EXP)
+    assert collect.main(["--exp", EXP, "--results", str(results)]) == 0
+    return results, figures.main(["--exp", EXP, "--results", str(results)])
+
+
+def test_every_declared_output_is_written(drawn: tuple[Path, int]):
+    results, rc = drawn
+    assert rc == 0
+    books = figures.notebooks()
+    assert {b.stem for b in books} >= {"throughput", "loss", "comm", "summary_table"}
+    for book in books:
+        outputs = figures.declared_outputs(book, EXP, results)
+        assert outputs, f"{book.name} declares no outputs"
+        for path in outputs:
+            assert path.exists() and path.stat().st_size > 0, path
+            if path.suffix == ".png":
+                height, width, _ = mpimg.imread(path).shape
+                assert width >= 800 and height >= 400, (path, width, height)
+
+
+def _independent_medians(run_dirs: list[Path]) -> dict[tuple[int, str], dict[str, float]]:
+    """Straight from metrics.jsonl and status.json, without neoxlab code."""
+    out = {}
+    for run_dir in run_dirs:
+        if json.loads((run_dir / "status.json").read_text())["state"] != "completed":
+            continue
+        cfg = json.loads((run_dir / "config.json").read_text())
+        rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        warmup = cfg["train"]["metrics_warmup_steps"]
+        steady = [r for r in rows if r["step"] > warmup]
+        gpus = cfg["cluster"]["nodes"] * cfg["cluster"]["ranks_per_node"]
+        out[(gpus, cfg["compression"]["scheme"])] = {
+            "tflops": statistics.median(r["tflops_per_gpu"] for r in steady),
+            "samples": statistics.median(r["samples_per_s"] for r in steady),
+            "loss": rows[-1]["loss"],
+        }
+    return out
+
+
+def test_summary_percentages_equal_independent_ones(drawn: tuple[Path, int]):
+    results, rc = drawn
+    assert rc == 0
+    expected = _independent_medians(list((FIXTURES / "runs" / EXP).iterdir()))
+    labels = {"Baseline": "none", "Naive ZFP": "naive", "ZHybrid": "zhybrid",
+              "MZHybrid": "mzhybrid"}
+    text = (results / "tables" / f"{EXP}.summary.md").read_text()
+    rows = [line.strip("|").split("|") for line in text.splitlines()
+            if re.match(r"\| (Baseline|Naive ZFP|ZHybrid|MZHybrid) \|", line)]
+    seen = set()
+    for cells in rows:
+        name, gpus, _, tflops_gain, _, samples_gain, _, loss_delta = (c.strip() for c in cells)
+        key = (int(gpus), labels[name])
+        seen.add(key)
+        base, mine = expected[(key[0], "none")], expected[key]
+        if key[1] == "none":
+            assert tflops_gain == samples_gain == loss_delta == "baseline"
+            continue
+        assert float(tflops_gain) == pytest.approx(
+            (mine["tflops"] / base["tflops"] - 1) * 100, abs=0.051)
+        assert float(samples_gain) == pytest.approx(
+            (mine["samples"] / base["samples"] - 1) * 100, abs=0.051)
+        assert float(loss_delta) == pytest.approx(mine["loss"] - base["loss"], abs=0.0006)
+    assert seen == set(expected)
+    # the runs that did not complete are named with their status, not dropped
+    assert "failed after 3 steps" in text and "running after 2 steps" in text
+    tex = (results / "tables" / f"{EXP}.summary.tex").read_text()
+    assert r"\begin{tabular}" in tex and r"gain (\%)" in tex and "+21.2" in tex
+
+
+def test_a_failing_notebook_fails_the_command_and_is_named(
+    drawn: tuple[Path, int], tmp_path: Path, capsys
+):
+    results, _ = drawn
+    analysis = tmp_path / "analysis"
+    analysis.mkdir()
+    (analysis / "broken.py").write_text(
+        "# %%\nraise RuntimeError('deliberately broken notebook')\n")
+    rc = figures.main(["--exp", EXP, "--results", str(results), "--analysis", str(analysis)])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert "broken.py" in err and "deliberately broken notebook" in err
+
+
+def test_figures_without_tables_says_run_collect(tmp_path: Path, capsys):
+    assert figures.main(["--exp", EXP, "--results", str(tmp_path)]) == 2
+    assert "make collect" in capsys.readouterr().err

@@ -1,0 +1,53 @@
+"""Bad serve input is rejected before anything starts, with the value, the rule and a fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from neoxlab.compose import compose_experiment
+from neoxlab.config import ConfigError
+from neoxlab.serve import check_serve, validate_serve
+
+
+def _cfg(*overrides: str):
+    return compose_experiment("flover_poisson", list(overrides))
+
+
+@pytest.mark.parametrize("name", ["flover_poisson", "flover_sweep", "flover_tp2"])
+def test_shipped_serve_experiments_are_valid(name):
+    assert validate_serve(compose_experiment(name, [])) == []
+
+
+def test_max_new_tokens_beyond_max_seq_len_is_rejected():
+    (error,) = validate_serve(_cfg("serve.output_len_max=200", "serve.max_seq_len=128"))
+    assert "output_len_max=200" in error and "max_seq_len=128" in error
+    assert "raise max_seq_len" in error
+
+
+def test_more_concurrent_requests_than_slots_is_rejected():
+    (error,) = validate_serve(_cfg("serve.max_concurrent=40", "serve.slots=32"))
+    assert "max_concurrent=40" in error and "slots=32" in error and "raise slots" in error
+
+
+def test_negative_gaps_are_rejected():
+    errors = validate_serve(_cfg("serve.mean_gap_ms=-5", "serve.gaps_ms=[20,-1]"))
+    assert len(errors) == 2
+    assert any("mean_gap_ms=-5" in e for e in errors)
+    assert any("[-1.0]" in e for e in errors)
+    assert all(">= 0" in e for e in errors)
+
+
+def test_every_problem_is_reported_at_once_and_check_raises():
+    cfg = _cfg("serve.engines=[fused,warp,hf_cb]", "parallel.tp=2", "serve.weights=somewhere")
+    errors = validate_serve(cfg)
+    assert any("warp" in e for e in errors)
+    assert any("ranks_per_node=2" in e for e in errors)  # world 1 != tp 2
+    assert any("hf_cb" in e and "tp=2" in e for e in errors)
+    assert any("somewhere" in e for e in errors)
+    with pytest.raises(ConfigError, match="nothing started"):
+        check_serve(cfg)
+
+
+def test_training_configs_are_not_judged_by_serve_rules():
+    cfg = compose_experiment("local_3d", ["serve.slots=0"])
+    assert validate_serve(cfg) == []
