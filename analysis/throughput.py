@@ -48,6 +48,7 @@ for ax, (col, gain_col, ylabel, factor) in zip(axes, panels, strict=True):
         style.empty(ax, "no completed run with throughput yet")
         continue
     ax.set_xticks(range(len(gpus)), [f"{int(n)}" for n in gpus])
+    ax.set_xlim(-0.6, len(gpus) - 0.4)
     ax.set_xlabel("GPUs (ranks)")
     ax.set_ylabel(ylabel)
     ax.margins(y=0.18)  # room for the vertical gain labels

@@ -27,7 +27,8 @@ def main(out: Path) -> None:
     ints = torch.randint(-1000, 1000, (4097,), generator=g).float()
     plain = ints.clone()
     dist.all_reduce(plain)
-    for name, algo in (("allgather", cc.all_reduce_allgather), ("alltoall", cc.all_reduce_alltoall)):
+    algorithms = (("allgather", cc.all_reduce_allgather), ("alltoall", cc.all_reduce_alltoall))
+    for name, algo in algorithms:
         for comp in (none, mpc):
             result, _ = algo(raw, comp, ints.clone(), None, n)
             checks[f"all_reduce_{name}_{comp.name}_exact"] = torch.equal(result, plain)
@@ -36,7 +37,8 @@ def main(out: Path) -> None:
     gathered = [torch.empty_like(x) for _ in range(n)]
     dist.all_gather(gathered, x)
     parts, _ = cc.all_gather_tensor(raw, mpc, x, None, n)
-    checks["all_gather_mpc_exact"] = all(torch.equal(a, b) for a, b in zip(parts, gathered))
+    pairs = zip(parts, gathered, strict=True)
+    checks["all_gather_mpc_exact"] = all(torch.equal(a, b) for a, b in pairs)
 
     src_value = torch.randn(2048, generator=torch.Generator().manual_seed(5))
     target = src_value.clone() if me == 1 else torch.zeros(2048)
