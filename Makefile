@@ -26,10 +26,10 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## create .venv and install pinned dependencies (no-op when up to date)
 
-run: $(STAMP) ## run experiment EXP (default local_3d) with Hydra overrides after it
+run: $(STAMP) ## run experiment EXP (default local_compare) with Hydra overrides after it
 	$(PY) -m neoxlab experiment=$(EXP) $(OVERRIDES)
 
-# EXP defaults to local_3d for `run`; collect/figures act on every experiment unless EXP is given.
+# EXP defaults to local_compare for `run`; collect/figures act on every experiment unless EXP is given.
 EXP_ARG := $(if $(filter command line,$(origin EXP)),--exp $(EXP))
 
 collect: $(STAMP) ## run dirs -> results/tables/<exp>.*.parquet (every experiment, or EXP=<name>)
@@ -42,7 +42,7 @@ test: $(STAMP) ## run the test suite
 	$(PY) -m pytest -q $(TESTS)
 
 lint: $(STAMP) ## ruff
-	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff check src tests bench analysis
 
 bench: $(STAMP) ## benchmarks that print side-by-side ratios
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

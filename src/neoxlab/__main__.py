@@ -60,7 +60,19 @@ def run_comparison(cfg: Config, overrides: list[str], argv: list[str]) -> int:
         worst = worst or code
         rows.append(member_row(member.experiment, run_dir))
     print(format_table(rows), flush=True)
-    return worst
+    return worst or draw_figures(cfg)
+
+
+def draw_figures(cfg: Config) -> int:
+    """Tables and figures of the runs just made (the newest run of each member)."""
+    from neoxlab import collect, figures
+
+    results = Path(cfg.launch.results_dir)
+    collect.collect(cfg.experiment, results, latest=True)
+    code = figures.main(["--exp", cfg.experiment, "--results", str(results)])
+    print(f"[neoxlab] figures: {results}/figures/{cfg.experiment}.*.png|pdf, "
+          f"table: {results}/tables/{cfg.experiment}.summary.md", flush=True)
+    return code
 
 
 def run_one(cfg: Config, argv: list[str]) -> tuple[int, Path]:

@@ -36,11 +36,17 @@ def comparison_members(exp: str, experiments_dir: Path = REPO_ROOT / "experiment
     return [str(name) for name in data.get("runs") or []]
 
 
-def run_dirs(results: Path, exp: str) -> list[Path]:
-    """The experiment's own run dirs, plus those of the experiments it runs, if a comparison."""
-    dirs = find_run_dirs(results / exp)
-    for member in comparison_members(exp):
-        dirs += [d for d in find_run_dirs(results / member) if d not in dirs]
+def run_dirs(results: Path, exp: str, latest: bool = False) -> list[Path]:
+    """The experiment's own run dirs, plus those of the experiments it runs, if a comparison.
+
+    latest: only the newest run of each (run ids start with their start time), so a
+    comparison's figures show the runs just made, not every earlier attempt."""
+    groups = [find_run_dirs(results / exp)]
+    groups += [find_run_dirs(results / m) for m in comparison_members(exp)]
+    dirs: list[Path] = []
+    for group in groups:
+        chosen = sorted(group)[-1:] if latest else group
+        dirs += [d for d in chosen if d not in dirs]
     return dirs
 
 
@@ -117,9 +123,11 @@ def _write_atomic(frame: pd.DataFrame, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def collect(exp: str, results: Path, logs: list[Path] | None = None) -> dict[str, pd.DataFrame]:
+def collect(
+    exp: str, results: Path, logs: list[Path] | None = None, latest: bool = False
+) -> dict[str, pd.DataFrame]:
     """Load every run of `exp` (and GPT-NeoX logs given alone), write its tables, return them."""
-    runs = [load_run(d) for d in run_dirs(results, exp)]
+    runs = [load_run(d) for d in run_dirs(results, exp, latest)]
     runs += [load_run(log.parent, log=log) for log in logs or []]
     if not runs:
         raise FileNotFoundError(
@@ -172,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, default=Path("results"))
     parser.add_argument("--log", type=Path, action="append", default=[],
                         help="a GPT-NeoX stdout log to add to --exp (repeatable)")
+    parser.add_argument("--latest", action="store_true",
+                        help="only the newest run of the experiment and of each member")
     args = parser.parse_args(argv)
     if args.log and not args.exp:
         parser.error("--log needs --exp: the experiment whose tables the log joins")
@@ -181,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         for name in names:
-            collect(name, args.results, args.log if name == args.exp else None)
+            collect(name, args.results, args.log if name == args.exp else None, args.latest)
     except FileNotFoundError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
