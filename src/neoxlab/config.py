@@ -115,7 +115,6 @@ class DataConfig:
 
 @dataclass
 class LoggerConfig:
-    jsonl: bool = True
     wandb: str = "offline"  # offline | online | disabled
     wandb_project: str = "neoxlab"
     progress: bool = True
@@ -134,7 +133,6 @@ class TrainConfig:
     eps: float = 1e-8
     grad_clip: float = 1.0
     precision: str = "fp32"  # fp32 | fp16 | bf16
-    log_interval: int = 1
     metrics_warmup_steps: int = 2  # excluded from the medians in summary.json
 
 

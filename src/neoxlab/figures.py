@@ -12,6 +12,7 @@ command exit non-zero, naming the notebook and the experiment.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import os
 import re
 import sys
@@ -45,6 +46,15 @@ def notebooks(analysis: Path = ANALYSIS) -> list[Path]:
         p for p in analysis.glob("*.py")
         if any(line.startswith("# %%") for line in p.read_text().splitlines())
     )
+
+
+def applies_to(notebook: Path, exp: str) -> bool:
+    """A `# experiments: glob ...` line limits a notebook to matching experiments."""
+    for line in notebook.read_text().splitlines():
+        if line.startswith("# experiments:"):
+            patterns = line.removeprefix("# experiments:").replace(",", " ").split()
+            return any(fnmatch.fnmatch(exp, pattern) for pattern in patterns)
+    return True
 
 
 def declared_outputs(notebook: Path, exp: str, results: Path) -> list[Path]:
@@ -124,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         # One kernel per notebook, all at once: each waits mostly on its own start-up.
         with ThreadPoolExecutor(max_workers=min(len(books), PARALLEL) or 1) as pool:
-            outcomes = list(pool.map(lambda b, e=exp: execute(b, e, args.results), books))
+            mine = [b for b in books if applies_to(b, exp)]
+            outcomes = list(pool.map(lambda b, e=exp: execute(b, e, args.results), mine))
         took = time.perf_counter() - start
         for outcome in outcomes:
             if outcome.error:
