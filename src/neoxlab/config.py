@@ -137,6 +137,24 @@ class TrainConfig:
 
 
 @dataclass
+class MicrobenchConfig:
+    """task=microbench: OSU-style benchmarks run by neoxlab.omb inside the harness."""
+
+    benchmarks: list[str] = field(default_factory=lambda: ["latency"])
+    buffer: str = "numpy"
+    backend: str = "mpi"  # mpi (mpi4py) | torch (torch.distributed)
+    dtype: str | None = None
+    min_size: int | None = None
+    max_size: int | None = None
+    iterations: int | None = None
+    warmup: int | None = None
+    validate: bool = True
+    full: bool = True
+    barrier: bool = False
+    compress: str | None = None
+
+
+@dataclass
 class LaunchConfig:
     submit: bool = True
     timeout_s: int = 3600
@@ -191,6 +209,7 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    microbench: MicrobenchConfig = field(default_factory=MicrobenchConfig)
     launch: LaunchConfig = field(default_factory=LaunchConfig)
     serve: ServeConfig = field(default_factory=ServeConfig)
 

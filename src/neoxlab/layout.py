@@ -221,8 +221,23 @@ def validate(cfg: Config) -> list[str]:
     from neoxlab.comm.policy import validate_compression
 
     errors += validate_compression(cfg)
+    if cfg.task.name == "microbench":
+        errors += _validate_microbench(cfg, world)
     if not errors:
         _check_memory(cfg, errors)
+    return errors
+
+
+def _validate_microbench(cfg: Config, world: int) -> list[str]:
+    from neoxlab.omb.options import OptionError, check_options
+    from neoxlab.omb.task import options_for
+
+    errors = []
+    for benchmark in cfg.microbench.benchmarks:
+        try:
+            check_options(options_for(cfg, benchmark), world)
+        except OptionError as exc:
+            errors.append(f"microbench ({benchmark}): {exc}")
     return errors
 
 

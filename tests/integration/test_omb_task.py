@@ -1,0 +1,32 @@
+"""The micro-benchmarks as a harness task: run dir, status, every benchmark's rows."""
+
+from __future__ import annotations
+
+import json
+
+from tests.integration.harness import read_status, run_experiment
+
+
+def test_omb_collectives_experiment_writes_validated_rows(results_dir):
+    proc, run_dir = run_experiment(
+        "omb_collectives", results_dir, "microbench.max_size=64", "microbench.iterations=20",
+        "microbench.warmup=2", timeout=180,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert read_status(run_dir)["state"] == "completed"
+    rows = [json.loads(line) for line in (run_dir / "omb.jsonl").read_text().splitlines()]
+    expected = {"allreduce", "allgather", "alltoall", "bcast", "barrier", "gather", "reduce",
+                "reduce_scatter", "scatter"}
+    assert {r["benchmark"] for r in rows} == expected
+    assert all(r["validation"] in ("Pass", None, "") for r in rows), rows
+    assert all(r["avg_us"] > 0 for r in rows)
+    assert "# OSU MPI" in proc.stderr + proc.stdout
+
+
+def test_bad_microbench_option_is_refused_before_anything_starts(results_dir):
+    from neoxlab.__main__ import main
+
+    code = main(["experiment=omb_latency", "microbench.max_size=1000",
+                 f"launch.results_dir={results_dir}"])
+    assert code == 2
+    assert not any(results_dir.rglob("*"))
