@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from neoxlab import dist, rundir
+from neoxlab.comm.install import install_for_run
 from neoxlab.data import TokenWindows
 from neoxlab.layout import resolve_layout
 from neoxlab.train.program import StepRunner, build_engine, init_distributed, redirect_output
@@ -59,6 +60,7 @@ def main() -> None:
     torch.manual_seed(cfg.train.seed)
     torch.set_num_threads(cfg.engine.torch_threads)
     layout = resolve_layout(cfg)
+    install_for_run(cfg, layout)  # as train(): before DeepSpeed caches torch.distributed
     topology = init_distributed(cfg, layout)
     ds_config = json.loads((run_dir / "deepspeed.json").read_text())
     engine = build_engine(cfg, layout, topology, ds_config)
@@ -88,13 +90,13 @@ def main() -> None:
         name: {"step_s": [], "block_s": []} for name in ("bare", "harness")
     }
     arm_fns = (("bare", bare), ("harness", harnessed))
-    for block in range(args.blocks):
+    for round_ in range(args.blocks):
         # A B, then B A: order effects and linear drift of the machine hit both arms alike.
-        for name, fn in arm_fns if block % 2 == 0 else arm_fns[::-1]:
-            times, block = timed_block(fn, step, args.k)
+        for name, fn in arm_fns if round_ % 2 == 0 else arm_fns[::-1]:
+            times, block_s = timed_block(fn, step, args.k)
             step += args.k
             arms[name]["step_s"].extend(times)
-            arms[name]["block_s"].append(block)
+            arms[name]["block_s"].append(block_s)
     runner.finish(run_dir)
     if rank == 0:
         result = {
