@@ -223,6 +223,9 @@ def validate(cfg: Config) -> list[str]:
     errors += validate_compression(cfg)
     if cfg.task.name == "microbench":
         errors += _validate_microbench(cfg, world)
+    from neoxlab.serve.validate import validate_serve
+
+    errors += validate_serve(cfg)
     if not errors:
         _check_memory(cfg, errors)
     return errors

@@ -61,9 +61,9 @@ def trace():
     return make_workload(WorkloadSpec(10, "poisson", 0.003, (3, 9), (4, 24), TINY.vocab_size, 7))
 
 
-def _serve(model, name, requests, slots=6, max_concurrent=None, sampling=Sampling()):
+def _serve(model, name, requests, slots=6, max_concurrent=None, sampling=None):
     policy = policy_for(name, max_concurrent or slots, 0.005)
-    return Engine(model, policy, slots, MAX_SEQ, sampling).run(requests)
+    return Engine(model, policy, slots, MAX_SEQ, sampling or Sampling()).run(requests)
 
 
 def test_every_engine_matches_sequential_and_transformers_generate(hf_dir, trace):
@@ -153,19 +153,31 @@ def test_sampling_is_per_request_and_eos_stops(trace):
         assert cut["tokens"] == full["tokens"][:n]
 
 
-def test_hf_cb_detects_gpt_neox_support_and_falls_back_to_a_matched_llama():
-    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+def test_hf_cb_detects_gpt_neox_support_and_falls_back_to_a_matched_llama(hf_dir):
+    """The probe must agree with a direct attempt on another GPT-NeoX; hf_cb then runs the
+    same GPT-NeoX checkpoint when supported, else a Llama twin with matched parameters."""
+    from transformers import GenerationConfig, GPTNeoXForCausalLM
+    from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
-    supported = neox_cb_supported()
-    model, label = hf_cb_model(TINY, "random", 0)
-    if supported:  # then hf_cb must run GPT-NeoX itself
-        assert label.startswith("gpt-neox") or True
+    neox = GPTNeoXForCausalLM.from_pretrained(hf_dir).float().eval()
+    prompt = [5, 6, 7]
+    ref = neox.generate(torch.tensor([prompt]), max_new_tokens=3, min_new_tokens=3,
+                        do_sample=False)[0, 3:].tolist()
+    try:
+        out = neox.generate_batch(
+            [prompt], generation_config=GenerationConfig(max_new_tokens=3, do_sample=False,
+                                                         eos_token_id=-1, pad_token_id=0),
+            continuous_batching_config=ContinuousBatchingConfig(
+                num_blocks=8, page_size=16, max_batch_tokens=64), warmup=False)
+        works = all(o.error is None and list(o.generated_tokens) == ref for o in out.values())
+    except Exception:  # noqa: BLE001 - a crash is the unsupported case
+        works = False
+    assert neox_cb_supported() == works
+    _, label = hf_cb_model(TINY, f"hf:{hf_dir}", 0)
+    if works:
+        assert label.startswith("gpt-neox")
     else:
         assert label.startswith("llama twin") and "unsupported" in label
-    neox = GPTNeoXForCausalLM(GPTNeoXConfig(
-        vocab_size=TINY.vocab_size, hidden_size=TINY.hidden_size,
-        num_hidden_layers=TINY.num_layers, num_attention_heads=TINY.num_attention_heads,
-        intermediate_size=4 * TINY.hidden_size, tie_word_embeddings=False))
     twin = llama_twin(TINY, 0)
     n_neox = sum(p.numel() for p in neox.parameters())
     n_twin = sum(p.numel() for p in twin.parameters())

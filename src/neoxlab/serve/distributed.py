@@ -6,8 +6,6 @@ still starts a one-rank gloo group.
 
 from __future__ import annotations
 
-import os
-
 import torch
 
 from neoxlab import dist
@@ -25,9 +23,10 @@ def init_model_parallel(tp: int, backend: str = "gloo") -> None:
 
 def init_single_process() -> None:
     """A one-rank group on a free local port (no MPI launcher needed)."""
-    if not torch.distributed.is_initialized():
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT=str(dist.free_port()))
+    if not torch.distributed.is_initialized():  # no env vars: child launches must not inherit
+        torch.distributed.init_process_group(
+            backend="gloo", init_method=f"tcp://127.0.0.1:{dist.free_port()}", rank=0,
+            world_size=1)
     init_model_parallel(1)
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from megatron.core import tensor_parallel
+from megatron.core import parallel_state
 
 from neoxlab.config import ModelConfig
 from neoxlab.model.layers import TransformerLayer, head_dim, rotary_dim
@@ -70,7 +70,7 @@ class ServeModel(torch.nn.Module):
         """Full-vocabulary logits [..., vocab_size] on every TP rank (padding cut off)."""
         local = getattr(self, str(self.num_layers + 2))(hidden)
         if self.tp > 1:
-            local = tensor_parallel.gather_from_tensor_model_parallel_region(local)
+            local = gather_last_dim(local.contiguous())
         return local[..., : self.config.vocab_size].float()
 
     @torch.no_grad()
@@ -113,3 +113,11 @@ class ServeModel(torch.nn.Module):
 
         logits = self._forward(tokens[:, None], cos, sin, attend)
         return logits[:, 0]
+
+
+def gather_last_dim(local: torch.Tensor) -> torch.Tensor:
+    """All-gather vocab shards over the TP group (megatron's helper allocates on CUDA)."""
+    group = parallel_state.get_tensor_model_parallel_group()
+    parts = [torch.empty_like(local) for _ in range(torch.distributed.get_world_size(group))]
+    torch.distributed.all_gather(parts, local, group=group)
+    return torch.cat(parts, dim=-1)

@@ -1,0 +1,74 @@
+"""Temporal fusion vs its baselines, all engines side by side on one model and trace.
+
+    python bench/flover.py [--layers 8] [--hidden 512] [--requests 32] [--gap-ms 20]
+                           [--out 128 256] [--engines fused,fused_noreorder,...]
+
+Defaults are the issue's sizes: a GPT-NeoX of 8 layers, hidden 512 (byte vocabulary 256),
+32 requests with Poisson arrivals (mean gap 20 ms), prompts of 16-32 tokens, outputs
+uniform in [128, 256], greedy. Prints the table and the goals: fused vs sequential total
+time >= 8x, fused vs hf_cb throughput >= 1.3x (hf_cb runs a Llama twin of matched shape:
+transformers 5.24 cannot run GPT-NeoX in continuous batching), fused vs fused_noreorder
+>= 1.2x. `cpu s` is the process CPU time, the fairer number on a shared machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from neoxlab.config import ModelConfig
+from neoxlab.serve.distributed import init_single_process
+from neoxlab.serve.hf_cb import CBSizing
+from neoxlab.serve.policies import ENGINES
+from neoxlab.serve.runner import Runner, RunSettings, ratios
+from neoxlab.serve.scheduler import Sampling
+from neoxlab.serve.stats import format_table
+from neoxlab.serve.weights import build_serve_model
+from neoxlab.serve.workload import WorkloadSpec, make_workload
+
+GOALS = {"fused_vs_sequential_total_time": 8.0, "fused_vs_hf_cb_throughput": 1.3,
+         "fused_vs_noreorder_total_time": 1.2}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--hidden", type=int, default=512)
+    ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--requests", type=int, default=32)
+    ap.add_argument("--gap-ms", type=float, nargs="+", default=[20.0])
+    ap.add_argument("--prompt", type=int, nargs=2, default=[16, 32])
+    ap.add_argument("--out", type=int, nargs=2, default=[128, 256])
+    ap.add_argument("--engines", default=",".join(ENGINES))
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    max_seq = args.prompt[1] + args.out[1]
+    model_cfg = ModelConfig(num_layers=args.layers, hidden_size=args.hidden,
+                            num_attention_heads=args.heads, seq_length=max_seq,
+                            max_position_embeddings=max_seq)
+    init_single_process()
+    model = build_serve_model(model_cfg, "random", 1234, 1, 0, max_seq)
+    pages = -(-max_seq // 32) * args.requests
+    settings = RunSettings(slots=args.requests, max_concurrent=args.requests,
+                           max_seq_len=max_seq, window_s=0.05, sampling=Sampling(),
+                           cb_sizing=CBSizing(pages, 1024, 32))
+    runner = Runner(model, settings)
+    rows = []
+    for gap in args.gap_ms:
+        spec = WorkloadSpec(args.requests, "poisson", gap / 1000, tuple(args.prompt),
+                            tuple(args.out), model_cfg.vocab_size, 1234)
+        got, _ = runner.run_all(args.engines.split(","), make_workload(spec), gap)
+        rows += got
+        print(format_table(got), flush=True)
+    print("\nratios (fused's advantage; goal in brackets):")
+    for gap, r in ratios(rows).items():
+        for key, value in r.items():
+            goal = f" [goal >= {GOALS[key]}]" if key in GOALS else ""
+            shown = "-" if value is None else f"{value:.2f}x"
+            print(f"  gap {gap} ms  {key}: {shown}{goal}")
+
+
+if __name__ == "__main__":
+    main()
