@@ -17,8 +17,10 @@ from neoxlab.compress import (
     WireFormatError,
     available,
     decode_any,
+    encoded_nbytes,
     make_compressor,
 )
+from neoxlab.compress.mpc import SLICE_WORDS
 
 FLOATS = [torch.float32, torch.float16, torch.bfloat16]
 ALL_SPECS = ["none", "fp16", "bf16", "int8", "int4:block=64", "topk:ratio=0.05",
@@ -197,7 +199,7 @@ LOSSLESS = [s for s in ALL_SPECS if make_compressor(s).lossless]
 
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("spec", LOSSLESS)
-@pytest.mark.parametrize("n", [1, 15, 33, 1000, (1 << 18) + 4001])
+@pytest.mark.parametrize("n", [1, 15, 33, 1000, SLICE_WORDS + 4001])
 def test_lossless_random_bit_patterns(spec: str, dtype: torch.dtype, n: int) -> None:
     """Every bit pattern (NaN payloads, -0.0, Inf, subnormals) survives exactly."""
     x = random_bits(dtype, n, seed=n)
@@ -211,7 +213,7 @@ def test_lossless_random_bit_patterns(spec: str, dtype: torch.dtype, n: int) -> 
 @pytest.mark.parametrize("dtype", [*FLOATS, torch.float64])
 @pytest.mark.parametrize("dim", [1, 5])
 def test_mpc_compresses_smooth_data_bit_exactly(dtype: torch.dtype, dim: int) -> None:
-    n = (1 << 18) + 4001  # more than one internal slice, not a multiple of the chunk
+    n = SLICE_WORDS + 4001  # more than one internal slice, not a multiple of the chunk
     x = (torch.sin(torch.linspace(0, 30, n, dtype=torch.float64)) * 100).to(dtype)
     specials = special_patterns(dtype) if dtype != torch.float64 else torch.tensor(
         [math.nan, -0.0, math.inf, -math.inf, 5e-324], dtype=torch.float64)
@@ -313,6 +315,16 @@ def test_quant_tiny_and_zero_blocks(spec: str) -> None:
     check_bound(spec, x, y)
 
 
+@pytest.mark.parametrize("k", [1, 100, 3000])
+def test_topk_sampled_selection_is_exact(k: int, captured: dict[str, torch.Tensor]) -> None:
+    from neoxlab.compress.topk import topk_indices
+
+    for mag in (captured["grads"].abs(), random_data(torch.float32, 200_000).abs(),
+                torch.linspace(0, 1, 200_000) ** 4, torch.ones(200_000)):
+        got = mag[topk_indices(mag, k)].sort().values
+        assert torch.equal(got, mag.topk(k).values.sort().values)
+
+
 def test_bf16_near_fp32_max_passes_through() -> None:
     c = make_compressor("bf16")
     x = torch.tensor([1.0, 3.4e38, -2.0])
@@ -365,6 +377,26 @@ def test_decode_any_and_header_params(spec: str) -> None:
     x = random_data(torch.float32, 3000).reshape(30, 100)
     buf = make_compressor(spec).encode(x)
     assert torch.equal(decode_any(buf), make_compressor(spec).decode(buf))
+
+
+@pytest.mark.parametrize("spec", ALL_SPECS)
+def test_messages_are_self_delimiting(spec: str) -> None:
+    """A message in a larger (e.g. max_encoded_bytes) slot decodes; a cut one is refused."""
+    c = make_compressor(spec)
+    for x in (random_data(torch.float32, 3001), torch.arange(10), captured_like_smooth()):
+        buf = c.encode(x)
+        assert encoded_nbytes(buf) == buf.numel()
+        slot = torch.full((c.max_encoded_bytes(x.numel(), x.dtype) + 64,), 0xAB,
+                          dtype=torch.uint8)
+        slot[: buf.numel()] = buf
+        assert encoded_nbytes(slot) == buf.numel()
+        assert torch.equal(c.decode(slot), c.decode(buf))
+        with pytest.raises(WireFormatError, match="truncated"):
+            c.decode(buf[:-1])
+
+
+def captured_like_smooth() -> torch.Tensor:
+    return torch.sin(torch.linspace(0, 20, 5000)).reshape(50, 100)
 
 
 def test_decoder_reads_params_from_header() -> None:

@@ -15,6 +15,7 @@ from neoxlab.compress.base import (
     Compressor,
     CompressorStats,
     WireFormatError,
+    encoded_nbytes,
 )
 from neoxlab.compress.registry import available, decode_any, make_compressor, parse_spec
 
@@ -25,6 +26,7 @@ __all__ = [
     "WireFormatError",
     "available",
     "decode_any",
+    "encoded_nbytes",
     "make_compressor",
     "parse_spec",
 ]

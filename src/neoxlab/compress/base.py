@@ -13,11 +13,15 @@ Wire format (little-endian), version 1::
       4     1  original dtype code (DTYPE_CODES)
       5     1  flags (bit 0: PASSTHROUGH, body is the raw tensor bytes)
       6     1  ndim (0..255)
-      7     1  reserved (0)
+      7     1  body length, bits 32..39
       8     4  u32 compressor parameter (zfp rate, block, mpc dim, topk k; 0 if none)
-     12     4  reserved (0)
+     12     4  body length, bits 0..31
      16  8*nd  shape, one int64 per dimension
     ...        body (starts 8-byte aligned)
+
+The body length makes a message self-delimiting: ``decode`` accepts a buffer with trailing
+bytes (e.g. a slot of ``max_encoded_bytes`` filled by a padded all-gather), and
+``encoded_nbytes(buf)`` tells the exact wire size from the header alone.
 
 Codecs compress fp32, fp16 and bf16 (mpc and none also fp64); every other dtype passes
 through untouched. A body is never larger than the raw tensor: when compressing would not
@@ -110,16 +114,19 @@ class Header:
     def passthrough(self) -> bool:
         return bool(self.flags & FLAG_PASSTHROUGH)
 
-    def pack(self) -> bytes:
+    def pack(self, body_nbytes: int) -> bytes:
         if len(self.shape) > 255:
             raise WireFormatError(f"ndim={len(self.shape)} exceeds the wire limit of 255")
+        if body_nbytes >= 1 << 40:
+            raise WireFormatError(f"body of {body_nbytes} bytes exceeds the wire limit of 1 TiB")
         fixed = _FIXED.pack(MAGIC, FORMAT_VERSION, self.cid, DTYPE_CODES[self.dtype],
-                            self.flags, len(self.shape), 0, self.param, 0)
+                            self.flags, len(self.shape), body_nbytes >> 32, self.param,
+                            body_nbytes & 0xFFFFFFFF)
         return fixed + struct.pack(f"<{len(self.shape)}q", *self.shape)
 
     def alloc(self, body_nbytes: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """Allocate the whole wire buffer with the header written; return (buf, body view)."""
-        head = self.pack()
+        head = self.pack(body_nbytes)
         buf = torch.empty(len(head) + body_nbytes, dtype=torch.uint8, device=device)
         buf[: len(head)].copy_(torch.frombuffer(bytearray(head), dtype=torch.uint8))
         return buf, buf[len(head):]
@@ -136,13 +143,14 @@ class Header:
 
     @classmethod
     def parse(cls, buf: torch.Tensor) -> tuple[Header, torch.Tensor]:
-        """Read the header of a wire buffer; return it and the body (a view of buf)."""
+        """Read the header of a wire buffer; return it and the body (a view of buf, without
+        any trailing bytes)."""
         if not isinstance(buf, torch.Tensor) or buf.dtype != torch.uint8 or buf.dim() != 1:
             raise WireFormatError("a wire buffer must be a 1-D torch.uint8 tensor")
         if buf.numel() < HEADER_FIXED:
             raise WireFormatError(f"buffer of {buf.numel()} bytes is shorter than a header")
         fixed = bytes(buf[:HEADER_FIXED].cpu().numpy())
-        magic, ver, cid, dcode, flags, ndim, _, param, _ = _FIXED.unpack(fixed)
+        magic, ver, cid, dcode, flags, ndim, len_hi, param, len_lo = _FIXED.unpack(fixed)
         if magic != MAGIC:
             raise WireFormatError(f"bad magic {magic!r}: not a neoxlab compressed message")
         if ver != FORMAT_VERSION:
@@ -153,10 +161,20 @@ class Header:
         hlen = header_nbytes(ndim)
         if buf.numel() < hlen:
             raise WireFormatError(f"buffer of {buf.numel()} bytes is shorter than its header")
+        body_nbytes = len_hi << 32 | len_lo
+        if buf.numel() < hlen + body_nbytes:
+            raise WireFormatError(f"buffer of {buf.numel()} bytes is truncated: its header "
+                                  f"announces {hlen + body_nbytes}")
         shape = struct.unpack(f"<{ndim}q", bytes(buf[HEADER_FIXED:hlen].cpu().numpy()))
         hdr = cls(cid=cid, dtype=CODE_DTYPES[dcode], shape=tuple(shape), param=param,
                   flags=flags)
-        return hdr, buf[hlen:]
+        return hdr, buf[hlen: hlen + body_nbytes]
+
+
+def encoded_nbytes(buf: torch.Tensor) -> int:
+    """Exact wire size of the message at the start of buf (header + body), from its header."""
+    hdr, body = Header.parse(buf)
+    return hdr.nbytes + body.numel()
 
 
 def view_as(raw: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

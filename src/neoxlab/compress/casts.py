@@ -30,9 +30,6 @@ class Identity(Compressor):
     gain_required = False
     dtypes = (*FLOAT_DTYPES, torch.float64)
 
-    def __init__(self, **unknown: object) -> None:
-        super().__init__(**unknown)
-
     def _encode(self, flat: torch.Tensor, hdr: Header) -> torch.Tensor:
         return hdr.join(raw_bytes(flat))
 
