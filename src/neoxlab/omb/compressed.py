@@ -49,7 +49,8 @@ class Tolerance:
             x = self.ctx.patterns.data(count, seed, it)[start:None if length is None
                                                           else start + length]
             comp = self.ctx.compressor
-            y = comp.decode(comp.encode(torch.from_numpy(x.copy()))).cpu().numpy().reshape(-1)
+            t = torch.from_numpy(x.copy()).to(self.ctx.kind.dev)  # same device as the run
+            y = comp.decode(comp.encode(t)).cpu().numpy().reshape(-1)
             err = float(np.abs(y.astype(np.float64) - x).max()) if x.size else 0.0
             self.cache[key] = (err, float(np.abs(x).max()) if x.size else 0.0)
         return self.cache[key]
@@ -67,10 +68,9 @@ def _u8(ctx: Ctx, nbytes: int):
     return torch.empty(nbytes, dtype=torch.uint8, device=ctx.kind.dev)
 
 
-def _setup(ctx: Ctx, count: int):
-    tdt = ctx.kind.torch_dtype(ctx.dt)
-    cap = int(ctx.compressor.max_encoded_bytes(count, tdt))
-    return tdt, cap
+def _capacity(ctx: Ctx, count: int) -> int:
+    """Bytes to preallocate for one encoded buffer of `count` elements."""
+    return int(ctx.compressor.max_encoded_bytes(count, ctx.kind.torch_dtype(ctx.dt)))
 
 
 def _fillers(ctx: Ctx, x, res, injector: int):
@@ -91,7 +91,7 @@ def _check(ctx: Ctx, got, expected: np.ndarray, tol: float | None) -> bool:
 
 def allreduce(ctx: Ctx, count: int) -> Op:
     comp, be, n, tol = ctx.compressor, ctx.backend, ctx.size, Tolerance(ctx)
-    _, cap = _setup(ctx, count)
+    cap = _capacity(ctx, count)
     x, res = ctx.alloc(count), ctx.alloc(count)
     out, pad = _u8(ctx, n * cap), _u8(ctx, cap)
     counters = {"bytes": count * ctx.dt.itemsize, "wire": 0}
@@ -115,7 +115,7 @@ def allreduce(ctx: Ctx, count: int) -> Op:
 
 def allgather(ctx: Ctx, count: int) -> Op:
     comp, be, n, tol = ctx.compressor, ctx.backend, ctx.size, Tolerance(ctx)
-    _, cap = _setup(ctx, count)
+    cap = _capacity(ctx, count)
     x, res = ctx.alloc(count), ctx.alloc(count * n)
     out, pad = _u8(ctx, n * cap), _u8(ctx, cap)
     blocks = list(res.split(count))
@@ -145,7 +145,7 @@ def reduce_scatter(ctx: Ctx, count: int) -> Op:
     comp, be, n, rank, tol = ctx.compressor, ctx.backend, ctx.size, ctx.rank, Tolerance(ctx)
     block = max(1, -(-count // n))
     total = block * n
-    _, cap = _setup(ctx, block)
+    cap = _capacity(ctx, block)
     x, res = ctx.alloc(total), ctx.alloc(block)
     chunks = list(x.split(block))
     send, out = _u8(ctx, n * cap), _u8(ctx, n * cap)
@@ -170,7 +170,7 @@ def reduce_scatter(ctx: Ctx, count: int) -> Op:
 
 def bcast(ctx: Ctx, count: int) -> Op:
     comp, be, tol = ctx.compressor, ctx.backend, Tolerance(ctx)
-    _, cap = _setup(ctx, count)
+    cap = _capacity(ctx, count)
     root = ctx.rank == ROOT
     x = ctx.alloc(count)
     out = _u8(ctx, cap)
@@ -206,7 +206,7 @@ def latency(ctx: Ctx, count: int) -> Op:
     from .pt2pt import peer_of
 
     comp, be, tol = ctx.compressor, ctx.backend, Tolerance(ctx)
-    _, cap = _setup(ctx, count)
+    cap = _capacity(ctx, count)
     peer = peer_of(ctx.rank, ctx.size)
     first = ctx.rank < peer
     x, res = ctx.alloc(count), ctx.alloc(count)
