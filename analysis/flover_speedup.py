@@ -5,6 +5,7 @@
 # ---
 
 # experiments: flover_*
+# outputs: figures/flover_speedup.png, figures/flover_latency.png
 
 # %% [markdown]
 # # Flover: speedup of temporal fusion against the mean arrival gap, and latency spread
