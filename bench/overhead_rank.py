@@ -22,7 +22,8 @@ from neoxlab import dist, rundir
 from neoxlab.comm.install import install_for_run
 from neoxlab.data import TokenWindows
 from neoxlab.layout import resolve_layout
-from neoxlab.train.program import StepRunner, build_engine, init_distributed, redirect_output
+from neoxlab.rankjob import redirect_output
+from neoxlab.train.program import StepRunner, build_engine, init_distributed
 from neoxlab.train.reporting import StepReporter
 
 

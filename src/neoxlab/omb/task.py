@@ -51,7 +51,7 @@ def run(cfg: Config, run_dir: Path, comm, terminal) -> int:
 def main(run_dir: Path) -> int:
     from mpi4py import MPI
 
-    from neoxlab.train.program import record_failure, redirect_output
+    from neoxlab.rankjob import record_failure, redirect_output
 
     cfg = rundir.load_config(run_dir)
     comm = MPI.COMM_WORLD

@@ -9,13 +9,12 @@ an abort of the whole job, status.json from planned to running to completed or f
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import TextIO
 
-from neoxlab import dist, rundir
+from neoxlab import rundir
 from neoxlab.config import Config
-from neoxlab.train.program import record_failure, redirect_output
+from neoxlab.rankjob import run_rank
 
 
 def settings_of(cfg: Config):
@@ -99,21 +98,7 @@ def serve(cfg: Config, run_dir: Path, rank: int, world: int, terminal: TextIO | 
 
 
 def main(run_dir: Path) -> int:
-    cfg = rundir.load_config(run_dir)
-    info = dist.discover(cfg.launch.master_port)
-    terminal = redirect_output(run_dir, info.rank)
-    logs = run_dir / "logs"
-    rundir.write_atomic(logs / f"rank{info.rank}.pid", str(os.getpid()))
-    try:
-        if info.rank == 0:
-            rundir.set_status(run_dir, "running", world_size=info.world_size)
-        serve(cfg, run_dir, info.rank, info.world_size, terminal if info.rank == 0 else None)
-    except BaseException as exc:  # noqa: BLE001 - any failure must end the whole job
-        record_failure(run_dir, info.rank, exc)
-        error = f"{type(exc).__name__}: {exc}"
-        rundir.set_status(run_dir, "failed", failed_rank=info.rank, error=error)
-        dist.abort_job(1)
-    rundir.write_atomic(logs / f"rank{info.rank}.done", "")
-    if info.rank == 0:
-        rundir.set_status(run_dir, "completed", exit_code=0)
-    return 0
+    return run_rank(
+        run_dir,
+        lambda cfg, info, terminal: serve(cfg, run_dir, info.rank, info.world_size, terminal),
+    )

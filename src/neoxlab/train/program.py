@@ -1,40 +1,27 @@
-"""What every rank runs: discover -> init distributed -> build engine -> train -> report.
+"""What every training rank runs: init distributed -> build engine -> train -> report.
 
-A rank that fails records its error in logs/rank<N>.error.json and aborts the whole MPI job,
-so no rank is left waiting in a collective.
+The frame around it (logs, markers, status, failure handling) is neoxlab.rankjob.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 import time
-import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from neoxlab import dist, metrics, rundir
+from neoxlab import metrics, rundir
 from neoxlab.comm.install import install_for_run
 from neoxlab.comm.report import format_totals, merge, write_rank_rows
 from neoxlab.config import Config
 from neoxlab.layout import Layout, padded_vocab_size, resolve_layout
+from neoxlab.rankjob import run_rank
 
 
 class InjectedFailure(RuntimeError):
     """Raised on purpose (launch.fail_rank) to test the failure path."""
-
-
-def redirect_output(run_dir: Path, rank: int) -> TextIO:
-    """Send this rank's stdout/stderr to logs/rank<N>.log; return the old terminal stream."""
-    terminal = os.fdopen(os.dup(2), "w", buffering=1)
-    log = (run_dir / "logs" / f"rank{rank}.log").open("a", buffering=1)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.dup2(log.fileno(), 1)
-    os.dup2(log.fileno(), 2)
-    return terminal
 
 
 def init_distributed(cfg: Config, layout: Layout):
@@ -164,44 +151,5 @@ def train(cfg: Config, run_dir: Path, rank: int, terminal: TextIO | None) -> Non
         print(format_totals(merge(run_dir, layout.world_size)), file=terminal, flush=True)
 
 
-def record_failure(run_dir: Path, rank: int, exc: BaseException) -> None:
-    error = {
-        "rank": rank,
-        "error": f"{type(exc).__name__}: {exc}",
-        "traceback": traceback.format_exc(),
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
-    rundir.write_json(run_dir / "logs" / f"rank{rank}.error.json", error)
-    print(error["traceback"], file=sys.stderr, flush=True)
-
-
 def main(run_dir: Path) -> int:
-    cfg = rundir.load_config(run_dir)
-    info = dist.discover(cfg.launch.master_port)
-    terminal = redirect_output(run_dir, info.rank)
-    logs = run_dir / "logs"
-    rundir.write_atomic(logs / f"rank{info.rank}.pid", str(os.getpid()))
-    try:
-        if info.rank == 0:
-            rundir.set_status(run_dir, "running", world_size=info.world_size)
-        train(cfg, run_dir, info.rank, terminal if info.rank == 0 else None)
-    except BaseException as exc:  # noqa: BLE001 - any failure must end the whole job
-        record_failure(run_dir, info.rank, exc)
-        error = f"{type(exc).__name__}: {exc}"
-        rundir.set_status(run_dir, "failed", failed_rank=info.rank, error=error)
-        dist.abort_job(1)
-    rundir.write_atomic(logs / f"rank{info.rank}.done", "")
-    if info.rank == 0:
-        rundir.set_status(run_dir, "completed", exit_code=0)
-    fast_exit()
-    return 0
-
-
-def fast_exit() -> None:
-    """Skip interpreter teardown: unloading torch/DeepSpeed costs 10-17 s per rank."""
-    from mpi4py import MPI
-
-    sys.stdout.flush()
-    sys.stderr.flush()
-    MPI.Finalize()
-    os._exit(0)
+    return run_rank(run_dir, lambda cfg, info, terminal: train(cfg, run_dir, info.rank, terminal))

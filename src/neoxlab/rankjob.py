@@ -1,0 +1,75 @@
+"""The frame every per-rank program runs in: logs, pid/done markers, status, failure.
+
+A rank that fails records its error in logs/rank<N>.error.json and aborts the whole MPI job,
+so no rank is left waiting in a collective; the launcher's watch reads the pid/done markers.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
+
+from neoxlab import dist, rundir
+from neoxlab.config import Config
+
+RankBody = Callable[[Config, dist.RankInfo, "TextIO | None"], None]
+
+
+def redirect_output(run_dir: Path, rank: int) -> TextIO:
+    """Send this rank's stdout/stderr to logs/rank<N>.log; return the old terminal stream."""
+    terminal = os.fdopen(os.dup(2), "w", buffering=1)
+    log = (run_dir / "logs" / f"rank{rank}.log").open("a", buffering=1)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    return terminal
+
+
+def record_failure(run_dir: Path, rank: int, exc: BaseException) -> None:
+    error = {
+        "rank": rank,
+        "error": f"{type(exc).__name__}: {exc}",
+        "traceback": traceback.format_exc(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    rundir.write_json(run_dir / "logs" / f"rank{rank}.error.json", error)
+    print(error["traceback"], file=sys.stderr, flush=True)
+
+
+def fast_exit() -> None:
+    """Skip interpreter teardown: unloading torch/DeepSpeed costs 10-17 s per rank."""
+    from mpi4py import MPI
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    MPI.Finalize()
+    os._exit(0)
+
+
+def run_rank(run_dir: Path, body: RankBody) -> int:
+    """Discover this rank, run body(cfg, info, terminal-or-None), record the outcome."""
+    cfg = rundir.load_config(run_dir)
+    info = dist.discover(cfg.launch.master_port)
+    terminal = redirect_output(run_dir, info.rank)
+    logs = run_dir / "logs"
+    rundir.write_atomic(logs / f"rank{info.rank}.pid", str(os.getpid()))
+    try:
+        if info.rank == 0:
+            rundir.set_status(run_dir, "running", world_size=info.world_size)
+        body(cfg, info, terminal if info.rank == 0 else None)
+    except BaseException as exc:  # noqa: BLE001 - any failure must end the whole job
+        record_failure(run_dir, info.rank, exc)
+        error = f"{type(exc).__name__}: {exc}"
+        rundir.set_status(run_dir, "failed", failed_rank=info.rank, error=error)
+        dist.abort_job(1)
+    rundir.write_atomic(logs / f"rank{info.rank}.done", "")
+    if info.rank == 0:
+        rundir.set_status(run_dir, "completed", exit_code=0)
+    fast_exit()
+    return 0
