@@ -42,16 +42,6 @@ def record_failure(run_dir: Path, rank: int, exc: BaseException) -> None:
     print(error["traceback"], file=sys.stderr, flush=True)
 
 
-def fast_exit() -> None:
-    """Skip interpreter teardown: unloading torch/DeepSpeed costs 10-17 s per rank."""
-    from mpi4py import MPI
-
-    sys.stdout.flush()
-    sys.stderr.flush()
-    MPI.Finalize()
-    os._exit(0)
-
-
 def run_rank(run_dir: Path, body: RankBody) -> int:
     """Discover this rank, run body(cfg, info, terminal-or-None), record the outcome."""
     cfg = rundir.load_config(run_dir)
@@ -71,5 +61,4 @@ def run_rank(run_dir: Path, body: RankBody) -> int:
     rundir.write_atomic(logs / f"rank{info.rank}.done", "")
     if info.rank == 0:
         rundir.set_status(run_dir, "completed", exit_code=0)
-    fast_exit()
     return 0
