@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from pathlib import Path
 
 import psutil
@@ -14,26 +13,27 @@ class RankWatch:
     """Notices which rank's process ends first: under MPI the first to die is the cause,
     and the errors the other ranks raise afterwards (broken connections) are consequences."""
 
-    def __init__(self, run_dir: Path):
+    def __init__(self, run_dir: Path, world_size: int):
         self.logs = run_dir / "logs"
+        self.world_size = world_size
         self.pids: dict[int, psutil.Process] = {}
-        self.first_dead: int | None = None
-        self.first_dead_at: float | None = None
+        self.first_dead: list[int] = []  # ranks found dead at the first poll that saw any
 
     def poll(self) -> None:
-        for path in self.logs.glob("rank*.pid"):
+        pid_files = self.logs.glob("rank*.pid") if len(self.pids) < self.world_size else []
+        for path in pid_files:
             rank = int(path.stem.removeprefix("rank"))
             if rank not in self.pids:
                 try:
                     self.pids[rank] = psutil.Process(int(path.read_text()))
                 except (ValueError, psutil.NoSuchProcess):
                     continue
-        if self.first_dead is not None:
+        if self.first_dead:
             return
-        for rank, proc in sorted(self.pids.items()):
-            if not _alive(proc) and not (self.logs / f"rank{rank}.done").exists():
-                self.first_dead, self.first_dead_at = rank, time.time()
-                return
+        self.first_dead = [
+            rank for rank, proc in sorted(self.pids.items())
+            if not _alive(proc) and not (self.logs / f"rank{rank}.done").exists()
+        ]
 
 
 def _alive(proc: psutil.Process) -> bool:
@@ -48,37 +48,46 @@ _HYDRA_DEAD = re.compile(r"RANK (\d+) PID \d+ RUNNING AT \S+\s*\n=\s+KILLED BY S
 _HYDRA_EXIT = re.compile(r"RANK (\d+) PID \d+ RUNNING AT \S+\s*\n=\s+EXIT STATUS: (\d+)")
 
 
-def first_rank_error(run_dir: Path) -> dict | None:
-    """The earliest error a rank recorded itself (later ones are usually consequences)."""
+# Errors a rank raises because a peer vanished: consequences, never the cause.
+_PEER_LOST = re.compile(r"Connection (closed|reset) by peer|Read error|Socket Timeout|Broken pipe")
+
+
+def rank_errors(run_dir: Path) -> list[dict]:
+    """Errors the ranks recorded themselves, earliest first."""
     errors = []
     for path in sorted((run_dir / "logs").glob("rank*.error.json")):
         try:
             errors.append(json.loads(path.read_text()))
         except (OSError, json.JSONDecodeError):
             continue
-    return min(errors, key=lambda e: e.get("time", "")) if errors else None
+    return sorted(errors, key=lambda e: e.get("time", ""))
 
 
 _EXIT_STRING = re.compile(r"EXIT STRING: (.+)")
 
 
 def diagnose(
-    run_dir: Path, launcher_output: str, exit_code: int, first_dead: int | None = None
+    run_dir: Path, launcher_output: str, exit_code: int, first_dead: list[int] | None = None
 ) -> dict:
-    """Fields for status.json: failed_rank and error, as precise as the evidence allows."""
-    recorded = first_rank_error(run_dir)
-    if first_dead is not None and (recorded is None or recorded["rank"] != first_dead):
-        own = run_dir / "logs" / f"rank{first_dead}.error.json"
-        if own.exists():
-            return {"failed_rank": first_dead, "error": json.loads(own.read_text())["error"]}
+    """Fields for status.json: failed_rank and error, as precise as the evidence allows.
+
+    A rank's own error wins unless it is only a lost connection; then a rank that died
+    without recording anything (killed, crashed) is the cause."""
+    errors = rank_errors(run_dir)
+    causes = [e for e in errors if not _PEER_LOST.search(e["error"])]
+    if causes:
+        return {"failed_rank": causes[0]["rank"], "error": causes[0]["error"]}
+    recorded = {e["rank"] for e in errors}
+    silent = [r for r in first_dead or [] if r not in recorded]
+    if silent:
         how = _EXIT_STRING.search(launcher_output)
         detail = how.group(1).strip() if how else f"launcher exit code {exit_code}"
         return {
-            "failed_rank": first_dead,
-            "error": f"rank {first_dead} died without recording an error ({detail})",
+            "failed_rank": silent[0],
+            "error": f"rank {silent[0]} died without recording an error ({detail})",
         }
-    if recorded is not None:
-        return {"failed_rank": recorded["rank"], "error": recorded["error"]}
+    if errors:
+        return {"failed_rank": errors[0]["rank"], "error": errors[0]["error"]}
     killed = _HYDRA_DEAD.search(launcher_output)
     if killed:
         rank, sig = int(killed.group(1)), int(killed.group(2))

@@ -91,7 +91,7 @@ def launch(cfg: Config, run_dir: Path, module: str = "neoxlab.train") -> int:
     pump = threading.Thread(target=_pump, args=(proc.stdout, [sys.stderr, log], captured))
     pump.start()
     reason = None
-    watch = RankWatch(run_dir)
+    watch = RankWatch(run_dir, world_size(cfg))
     try:
         code = _wait(proc, watch, started + cfg.launch.timeout_s)
         if code is None:
