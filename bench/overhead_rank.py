@@ -11,7 +11,6 @@ so both arms see the same model, data and machine load. Rank 0 writes overhead.j
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,12 +18,8 @@ from pathlib import Path
 import torch
 
 from neoxlab import dist, rundir
-from neoxlab.comm.install import install_for_run
-from neoxlab.data import TokenWindows
-from neoxlab.layout import resolve_layout
 from neoxlab.rankjob import redirect_output
-from neoxlab.train.program import StepRunner, build_engine, init_distributed
-from neoxlab.train.reporting import StepReporter
+from neoxlab.train.program import prepare
 
 
 def timed_block(step_fn: Callable[[int], object], first: int, k: int) -> tuple[list[float], float]:
@@ -57,18 +52,8 @@ def main() -> None:
     info = dist.discover(cfg.launch.master_port)
     terminal = redirect_output(run_dir, info.rank)
     rank = info.rank
-    # The set-up of program.train(), step for step.
-    torch.manual_seed(cfg.train.seed)
-    torch.set_num_threads(cfg.engine.torch_threads)
-    layout = resolve_layout(cfg)
-    install_for_run(cfg, layout)  # as train(): before DeepSpeed caches torch.distributed
-    topology = init_distributed(cfg, layout)
-    ds_config = json.loads((run_dir / "deepspeed.json").read_text())
-    engine = build_engine(cfg, layout, topology, ds_config)
-    windows = TokenWindows(cfg.data, cfg.model.seq_length)
-    dp_rank = topology.get_coord(rank).data
-    reporter = StepReporter(cfg, run_dir, terminal) if rank == 0 else None
-    runner = StepRunner(cfg, layout, engine, windows, dp_rank, reporter)
+    runner, _, layout = prepare(cfg, run_dir, rank, terminal)  # train()'s own set-up
+    engine = runner.engine
 
     def bare(step: int) -> object:
         return engine.train_batch(data_iter=runner.batches(step))

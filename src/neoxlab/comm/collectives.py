@@ -9,7 +9,7 @@ rank of a group computes the identical result.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import SimpleNamespace
 
 import torch
@@ -23,7 +23,6 @@ class Cost:
     compress_s: float = 0.0
     decompress_s: float = 0.0
     comm_s: float = 0.0
-    timers: dict = field(default_factory=dict)
 
 
 class _Timed:

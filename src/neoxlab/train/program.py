@@ -121,7 +121,10 @@ class StepRunner:
         rundir.write_json(run_dir / "summary.json", summary)
 
 
-def train(cfg: Config, run_dir: Path, rank: int, terminal: TextIO | None) -> None:
+def prepare(cfg: Config, run_dir: Path, rank: int, terminal: TextIO | None):
+    """Everything before the first step; shared with bench/overhead_rank.py.
+
+    Returns (runner, patch, layout); patch is None when compression.patch is off."""
     import torch
 
     from neoxlab.data import TokenWindows
@@ -136,9 +139,14 @@ def train(cfg: Config, run_dir: Path, rank: int, terminal: TextIO | None) -> Non
     engine = build_engine(cfg, layout, topology, ds_config)
     windows = TokenWindows(cfg.data, cfg.model.seq_length)
     dp_rank = topology.get_coord(rank).data
-
     reporter = StepReporter(cfg, run_dir, terminal) if rank == 0 else None
-    runner = StepRunner(cfg, layout, engine, windows, dp_rank, reporter)
+    return StepRunner(cfg, layout, engine, windows, dp_rank, reporter), patch, layout
+
+
+def train(cfg: Config, run_dir: Path, rank: int, terminal: TextIO | None) -> None:
+    import torch
+
+    runner, patch, layout = prepare(cfg, run_dir, rank, terminal)
     for step in range(1, cfg.train.steps + 1):
         if cfg.launch.fail_rank == rank and step == cfg.launch.fail_step:
             raise InjectedFailure(f"injected failure on rank {rank} at step {step}")
