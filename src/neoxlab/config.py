@@ -83,18 +83,24 @@ class ClusterConfig:
     name: str = "local"
     scheduler: str = "local"  # local | lsf | slurm
     nodes: int = 1
-    ranks_per_node: int = 8
+    ranks_per_node: int = 8  # one rank per GPU on GPU clusters
+    gpus_per_node: int = 0  # devices a node has (0 on CPU-only machines)
     device: str = "cpu"
     device_memory_gib: float = 24.0
     peak_tflops: float = 0.1  # per device, used for MFU
     cores_per_node: int = 2
-    launcher: str = "mpiexec"
-    setup: list[str] = field(default_factory=list)  # shell lines run before the ranks start
-    neox_dir: str | None = None
-    queue: str | None = None
-    account: str | None = None
-    walltime: str = "00:30"
-    extra: dict[str, Any] = field(default_factory=dict)
+    launcher: str = "mpiexec"  # mpiexec | jsrun | srun
+    # Site set-up before the ranks start; each value is shell-quoted into the job script.
+    modules: list[str] = field(default_factory=list)  # `module load <name>` each
+    activate: str | None = None  # a venv/conda activate script to source
+    python: str | None = None  # interpreter on the compute nodes; null: the one planning
+    env: dict[str, str] = field(default_factory=dict)  # exported before the ranks start
+    neox_dir: str | None = None  # GPT-NeoX checkout for engine=neox
+    queue: str | None = None  # LSF queue / Slurm partition
+    account: str | None = None  # LSF bank (-G) / Slurm account
+    walltime: str = "00:30"  # LSF [HH:]MM, Slurm [D-]HH:MM:SS
+    mpi: str = "pmi2"  # srun --mpi plugin (pmi2 | pmix)
+    extra: dict[str, str] = field(default_factory=dict)  # more scheduler options, name: value
 
 
 @dataclass
@@ -134,6 +140,8 @@ class TrainConfig:
     grad_clip: float = 1.0
     precision: str = "fp32"  # fp32 | fp16 | bf16
     metrics_warmup_steps: int = 2  # excluded from the medians in summary.json
+    checkpoint_every: int = 0  # steps between checkpoints; 0: none
+    keep_checkpoints: int = 2  # newest complete checkpoints kept
 
 
 @dataclass
@@ -162,6 +170,7 @@ class LaunchConfig:
     results_dir: str = "results"
     fail_rank: int | None = None  # testing aid: this rank raises at fail_step
     fail_step: int = 1
+    requeue: int = 0  # cluster jobs resubmit themselves up to this many times at walltime
 
 
 @dataclass
