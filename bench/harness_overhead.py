@@ -47,7 +47,7 @@ def run_ranks(run_dir: Path, cfg: Config, args: argparse.Namespace) -> int:
         log.write(" ".join(cmd) + "\n")
         log.flush()
         proc = subprocess.Popen(
-            cmd, env=local.rank_environment(cfg), stdout=log, stderr=subprocess.STDOUT,
+            cmd, env=local.rank_environment(cfg, run_dir), stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -14,10 +15,6 @@ from neoxlab.plan import plan_run
 
 DEFAULT_EXPERIMENT = "local_compare"
 SUBMIT_COMMANDS = {"lsf": "bsub", "slurm": "sbatch"}
-# The per-rank program of each task: `python -m <module> <run_dir>` on every rank.
-TASK_MODULES = {
-    "train": "neoxlab.train", "serve": "neoxlab.serve", "microbench": "neoxlab.omb.task"
-}
 
 
 def split_args(args: list[str]) -> tuple[str, list[str]]:
@@ -41,8 +38,14 @@ def check_scheduler(cfg: Config) -> None:
         raise ConfigError(
             f"cluster '{cfg.cluster.name}' submits with {command} ({scheduler}), which is not "
             f"on this machine; run from the cluster's login node, or add launch.submit=false "
-            "to validate and plan only"
+            "to render the job script only"
         )
+    if cfg.engine.name == "neox":
+        from neoxlab.neox.validate import check_neox_dir
+
+        problem = check_neox_dir(cfg.cluster.neox_dir)
+        if problem:
+            raise ConfigError(problem)
 
 
 def run_comparison(cfg: Config, overrides: list[str], argv: list[str]) -> int:
@@ -54,11 +57,15 @@ def run_comparison(cfg: Config, overrides: list[str], argv: list[str]) -> int:
         resolve_layout(member)
         check_scheduler(member)
     rows, worst = [], 0
+    ran_here = all(m.cluster.scheduler == "local" and m.launch.submit for m in members)
     for member in members:
         print(f"[neoxlab] === {member.experiment} ===", flush=True)
-        code, run_dir = run_one(member, argv)
+        code, run_dir = run_one(member, argv, overrides)
         worst = worst or code
-        rows.append(member_row(member.experiment, run_dir))
+        if ran_here:
+            rows.append(member_row(member.experiment, run_dir))
+    if not ran_here:  # submitted or only planned: results come later (`make status`)
+        return worst
     print(format_table(rows), flush=True)
     return worst or draw_figures(cfg)
 
@@ -75,20 +82,54 @@ def draw_figures(cfg: Config) -> int:
     return code
 
 
-def run_one(cfg: Config, argv: list[str]) -> tuple[int, Path]:
+def run_one(cfg: Config, argv: list[str], overrides: list[str]) -> tuple[int, Path]:
+    resolve_layout(cfg)  # every rule first, then whether this machine can submit
     check_scheduler(cfg)
     run_dir = plan_run(cfg, argv)
     print(f"[neoxlab] run dir: {run_dir}", flush=True)
+    if cfg.cluster.scheduler != "local":
+        return submit_job(cfg, run_dir, overrides), run_dir
     if not cfg.launch.submit:
         print("[neoxlab] launch.submit=false: validated and planned, nothing started", flush=True)
         return 0, run_dir
-    if cfg.cluster.scheduler != "local":
-        raise ConfigError(f"scheduler '{cfg.cluster.scheduler}' is not supported yet")
     from neoxlab.launch import local
 
-    code = local.launch(cfg, run_dir, TASK_MODULES[cfg.task.name])
+    record_run(cfg, run_dir, overrides, job_id=None)
+    code = local.launch(cfg, run_dir)
     report(run_dir)
     return code, run_dir
+
+
+def submit_job(cfg: Config, run_dir: Path, overrides: list[str]) -> int:
+    """Render the job script into the run dir; submit it unless launch.submit=false."""
+    from neoxlab.launch import scheduler_module
+
+    scheduler = scheduler_module(cfg.cluster.scheduler)
+    script = scheduler.write_script(cfg, run_dir)
+    print(f"[neoxlab] job script: {script}", flush=True)
+    if not cfg.launch.submit:
+        print("[neoxlab] launch.submit=false: job script rendered, nothing submitted",
+              flush=True)
+        return 0
+    try:
+        job_id = scheduler.submit(script)
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        rundir.set_status(run_dir, "failed", error=f"submission failed: {exc}")
+        print(f"[neoxlab] error: {exc}", file=sys.stderr)
+        return 1
+    rundir.set_status(run_dir, "submitted", job_id=job_id)
+    record_run(cfg, run_dir, overrides, job_id=job_id)
+    print(f"[neoxlab] submitted {cfg.cluster.scheduler} job {job_id}; "
+          f"`make status EXP={cfg.experiment}` shows its state", flush=True)
+    return 0
+
+
+def record_run(cfg: Config, run_dir: Path, overrides: list[str], job_id: str | None) -> None:
+    from neoxlab.launch import manifest
+
+    manifest.record(Path(cfg.launch.results_dir), cfg.experiment, run_id=run_dir.name,
+                    run_dir=str(run_dir), job_id=job_id, scheduler=cfg.cluster.scheduler,
+                    cluster=cfg.cluster.name, overrides=overrides)
 
 
 def report(run_dir: Path) -> None:
@@ -118,7 +159,7 @@ def main(args: list[str] | None = None) -> int:
         argv = ["python", "-m", "neoxlab", *args]
         if cfg.runs:
             return run_comparison(cfg, overrides, argv)
-        return run_one(cfg, argv)[0]
+        return run_one(cfg, argv, overrides)[0]
     except ConfigError as exc:
         print(f"[neoxlab] error: {exc}", file=sys.stderr)
         return 2

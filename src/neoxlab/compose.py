@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.errors import HydraException
@@ -43,6 +44,11 @@ def compose_experiment(name: str, overrides: list[str] | None = None) -> Config:
     try:
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
             raw = compose(config_name="config", overrides=args)
+    except yaml.YAMLError as exc:
+        raise ConfigError(
+            f"a YAML file of experiment '{name}' does not parse: {exc}; quote values that "
+            "contain ': ' or start with special characters"
+        ) from None
     except HydraException as exc:
         cause = f" ({exc.__cause__})" if exc.__cause__ else ""
         raise ConfigError(

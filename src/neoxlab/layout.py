@@ -226,6 +226,9 @@ def validate(cfg: Config) -> list[str]:
     from neoxlab.serve.validate import validate_serve
 
     errors += validate_serve(cfg)
+    from neoxlab.launch.rules import validate_cluster
+
+    errors += validate_cluster(cfg)
     if not errors:
         _check_memory(cfg, errors)
     return errors

@@ -18,6 +18,7 @@ from pathlib import Path
 from neoxlab import rundir
 from neoxlab.config import Config
 from neoxlab.launch.failure import RankWatch, diagnose
+from neoxlab.launch.ranks import rank_command, rank_env
 from neoxlab.layout import world_size
 
 GRACE_S = 10
@@ -32,21 +33,18 @@ def mpiexec_path() -> str:
     return found
 
 
-def rank_environment(cfg: Config) -> dict[str, str]:
+def rank_environment(cfg: Config, run_dir: Path) -> dict[str, str]:
     env = dict(os.environ)
-    env.update(
-        OMP_NUM_THREADS=str(cfg.engine.torch_threads),
-        PYTHONUNBUFFERED="1",
-        PYTHONPATH=os.pathsep.join(filter(None, [str(rundir.REPO_ROOT / "src"),
-                                                 env.get("PYTHONPATH")])),
-    )
-    if cfg.cluster.device == "cpu":
-        env["DS_ACCELERATOR"] = "cpu"
+    extra = rank_env(cfg, run_dir)
+    if "PYTHONPATH" in extra and env.get("PYTHONPATH"):
+        extra["PYTHONPATH"] += os.pathsep + env["PYTHONPATH"]
+    env.update(extra)
     return env
 
 
-def rank_command(cfg: Config, run_dir: Path, module: str = "neoxlab.train") -> list[str]:
-    return [mpiexec_path(), "-n", str(world_size(cfg)), sys.executable, "-m", module, str(run_dir)]
+def mpiexec_command(cfg: Config, run_dir: Path) -> list[str]:
+    return [mpiexec_path(), "-n", str(world_size(cfg)),
+            *rank_command(cfg, run_dir, sys.executable)]
 
 
 def _pump(stream, sinks, captured: list[str]) -> None:
@@ -77,15 +75,15 @@ def _wait(proc: subprocess.Popen, watch: RankWatch, deadline: float) -> int | No
     return None
 
 
-def launch(cfg: Config, run_dir: Path, module: str = "neoxlab.train") -> int:
+def launch(cfg: Config, run_dir: Path) -> int:
     """Run the job to its end; status.json ends completed or failed (with rank and error)."""
-    cmd = rank_command(cfg, run_dir, module)
+    cmd = mpiexec_command(cfg, run_dir)
     captured: list[str] = []
     log = (run_dir / "logs" / "launcher.log").open("a")
     log.write(" ".join(cmd) + "\n")
     started = time.time()
     proc = subprocess.Popen(
-        cmd, env=rank_environment(cfg), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        cmd, env=rank_environment(cfg, run_dir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         start_new_session=True,
     )
     pump = threading.Thread(target=_pump, args=(proc.stdout, [sys.stderr, log], captured))

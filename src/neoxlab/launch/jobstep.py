@@ -1,0 +1,71 @@
+"""Node-side steps of a cluster job script, around the ranks:
+
+    python -m neoxlab.launch.jobstep begin <run_dir>         # hostfile, job id, status
+    python -m neoxlab.launch.jobstep end <run_dir> <exit>     # final status from the evidence
+
+On a cluster nobody watches the ranks from the login node, so the job itself records how
+it ended, with the same diagnosis the local launcher uses.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from neoxlab import rundir
+from neoxlab.launch import hostfile
+from neoxlab.launch.failure import diagnose
+
+
+def job_id(env: dict[str, str]) -> str | None:
+    return env.get("LSB_JOBID") or env.get("SLURM_JOB_ID")
+
+
+def begin(run_dir: Path, env: dict[str, str]) -> None:
+    cfg = rundir.load_config(run_dir)
+    try:
+        hosts = (hostfile.lsf_hosts(env) if cfg.cluster.scheduler == "lsf"
+                 else hostfile.slurm_hosts(env))
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        hosts = []  # only for tools that want a hostfile; the ranks do not need one
+        print(f"[neoxlab] no hostfile: {exc}", file=sys.stderr)
+    else:
+        rundir.write_atomic(run_dir / "hostfile",
+                            hostfile.format_hostfile(hosts, cfg.cluster.ranks_per_node))
+    rundir.set_status(run_dir, "starting", job_id=job_id(env), hosts=hosts)
+
+
+def end(run_dir: Path, code: int) -> None:
+    cfg = rundir.load_config(run_dir)
+    if cfg.engine.name == "neox":
+        from neoxlab.neox import collect_metrics
+
+        collect_metrics(run_dir)
+    state = rundir.read_json(run_dir / "status.json").get("state")
+    if code == 0:
+        if state != "completed":
+            rundir.set_status(run_dir, "completed", exit_code=0)
+        return
+    logs = sorted((run_dir / "logs").glob("job.*.err"))
+    launcher_output = logs[-1].read_text(errors="replace") if logs else ""
+    rundir.set_status(run_dir, "failed", exit_code=code,
+                      **diagnose(run_dir, launcher_output, code))
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2 or argv[0] not in ("begin", "end"):
+        print("usage: python -m neoxlab.launch.jobstep begin|end <run_dir> [exit_code]",
+              file=sys.stderr)
+        return 2
+    run_dir = Path(argv[1])
+    if argv[0] == "begin":
+        begin(run_dir, dict(os.environ))
+    else:
+        end(run_dir, int(argv[2]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

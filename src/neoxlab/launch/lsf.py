@@ -1,0 +1,62 @@
+"""LSF (bsub + jsrun, e.g. LLNL Lassen): render the job script, submit it, ask its state."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+from neoxlab.config import Config
+from neoxlab.launch import jobscript
+
+SCRIPT_NAME = "job.lsf"
+SUBMIT = "bsub"
+_JOB_ID = re.compile(r"Job <(\d+)>")
+
+
+def render(cfg: Config, run_dir: Path) -> str:
+    c = cfg.cluster
+    values = jobscript.common_values(cfg, run_dir)
+    cores_per_rs = max(1, c.cores_per_node // c.ranks_per_node)
+    values.update(
+        walltime=jobscript.directive_value("cluster.walltime", c.walltime),
+        resource_sets=str(c.nodes * c.ranks_per_node),
+        rs_per_host=str(c.ranks_per_node),
+        cores_per_rs=str(cores_per_rs),
+        gpus_per_rs=str(1 if c.gpus_per_node else 0),
+        bind=f"packed:{cores_per_rs}",
+        site_directives=jobscript.site_directives("#BSUB", [
+            *([("-q", c.queue)] if c.queue else []),
+            *([("-G", c.account)] if c.account else []),
+            *[(f"-{k}", v) for k, v in c.extra.items()],
+        ]),
+    )
+    return jobscript.render("lsf.sh.tmpl", values)
+
+
+def submit(script: Path) -> str:
+    """`bsub < script` returns at once with 'Job <id> is submitted to queue <q>.'"""
+    with script.open() as stdin:
+        out = subprocess.run(
+            [SUBMIT], stdin=stdin, capture_output=True, text=True, timeout=120, check=False
+        )
+    found = _JOB_ID.search(out.stdout)
+    if out.returncode != 0 or not found:
+        raise RuntimeError(f"bsub failed (exit {out.returncode}): {out.stdout}{out.stderr}".strip())
+    return found.group(1)
+
+
+def job_state(job_id: str) -> str:
+    """bjobs' STAT column (PEND, RUN, DONE, EXIT, ...), or why it is unknown."""
+    try:
+        out = subprocess.run(["bjobs", "-noheader", "-o", "stat", job_id], capture_output=True,
+                             text=True, timeout=30, check=False)
+    except FileNotFoundError:
+        return "unknown (no bjobs here)"
+    except subprocess.TimeoutExpired:
+        return "unknown (bjobs timed out)"
+    return out.stdout.strip() or "unknown (not in bjobs)"
+
+
+def write_script(cfg: Config, run_dir: Path) -> Path:
+    return jobscript.write_script(run_dir, SCRIPT_NAME, render(cfg, run_dir))

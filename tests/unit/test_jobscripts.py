@@ -1,0 +1,177 @@
+"""LSF and Slurm job scripts: golden files, shellcheck, values that must not execute, and
+bad cluster input refused before anything is planned or submitted."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from neoxlab.__main__ import main
+from neoxlab.compose import compose_experiment
+from neoxlab.config import ConfigError
+from neoxlab.launch import lsf, slurm
+from neoxlab.launch.jobscript import sanitize_job_name
+from neoxlab.layout import resolve_layout
+from neoxlab.plan import plan_run
+from neoxlab.rundir import REPO_ROOT
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+PAPER_192 = ["baseline_192gpu", "naive_192gpu", "hybrid_192gpu", "mzhybrid_192gpu"]
+CLUSTER_EXPERIMENTS = sorted(p.stem for p in (REPO_ROOT / "experiments").glob("*gpu.yaml"))
+
+
+def rendered(tmp_path: Path, experiment: str, overrides: list[str] = ()) -> tuple[str, Path]:
+    cfg = compose_experiment(experiment, [*overrides, "launch.submit=false"])
+    run_dir = plan_run(cfg, root=tmp_path)
+    module = lsf if cfg.cluster.scheduler == "lsf" else slurm
+    return module.render(cfg, run_dir), run_dir
+
+
+def normalized(text: str, run_dir: Path) -> str:
+    """Machine-specific paths become placeholders so the golden file is portable."""
+    text = text.replace(str(run_dir.resolve()), "<RUN_DIR>").replace(run_dir.name, "<RUN_ID>")
+    text = re.sub(r"\.\d{8}-\d{6}", ".<TIME>", text)  # the run's creation time in job names
+    return text.replace(sys.executable, "<PYTHON>").replace(str(REPO_ROOT), "<REPO>")
+
+
+def check_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("NEOXLAB_UPDATE_GOLDEN"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    assert path.exists(), f"no golden file {path}: review the output, NEOXLAB_UPDATE_GOLDEN=1"
+    assert text == path.read_text(), f"rendered script differs from {path}"
+
+
+@pytest.mark.parametrize("experiment", PAPER_192)
+def test_lsf_scripts_of_the_192_gpu_runs_match_their_golden_files(tmp_path, experiment):
+    text, run_dir = rendered(tmp_path, experiment)
+    check_golden(f"lsf/{experiment}.lsf", normalized(text, run_dir))
+
+
+def test_slurm_script_matches_its_golden_file(tmp_path):
+    text, run_dir = rendered(tmp_path, "hybrid_192gpu", ["cluster=slurm", "cluster.account=proj1"])
+    check_golden("slurm/hybrid_192gpu.sbatch", normalized(text, run_dir))
+
+
+def test_lsf_resources_follow_the_cluster_config(tmp_path):
+    text, _ = rendered(tmp_path, "hybrid_192gpu", ["cluster.account=mybank"])
+    assert "#BSUB -nnodes 48\n" in text and "#BSUB -W 12:00\n" in text
+    assert "#BSUB -G mybank\n" in text and "#BSUB -q pbatch\n" in text
+    # 48 nodes x 4 GPUs: one resource set per GPU, 1 task, 40 cores / 4 = 10 cores each
+    assert "jsrun -n 192 -r 4 -a 1 -c 10 -g 1 -b packed:10" in text
+    assert "-m neoxlab.train" in text
+
+
+def test_slurm_resources_follow_the_cluster_config(tmp_path):
+    text, _ = rendered(tmp_path, "hybrid_64gpu", ["cluster=slurm", "cluster.nodes=16",
+                                                  "cluster.mpi=pmix"])
+    for line in ("#SBATCH --nodes=16", "#SBATCH --ntasks-per-node=4", "#SBATCH --gpus-per-node=4",
+                 "#SBATCH --cpus-per-task=10", "#SBATCH --time=12:00:00",
+                 "#SBATCH --partition=gpu"):
+        assert line + "\n" in text
+    assert "srun --mpi=pmix" in text and "#SBATCH --account" not in text
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None,
+                    reason="shellcheck not installed (.ci/run installs it)")
+@pytest.mark.parametrize("experiment", CLUSTER_EXPERIMENTS)
+@pytest.mark.parametrize("cluster", ["lassen", "slurm"])
+def test_every_rendered_script_is_shellcheck_clean(tmp_path, experiment, cluster):
+    text, run_dir = rendered(tmp_path, experiment, [f"cluster={cluster}", "cluster.nodes=48"])
+    script = run_dir / "job.sh"
+    script.write_text(text)
+    out = subprocess.run(["shellcheck", "-s", "bash", str(script)], capture_output=True,
+                         text=True, check=False)
+    assert out.returncode == 0, out.stdout
+
+
+HOSTILE = ["$(touch {m})", "`touch {m}`", "x; touch {m}", "x\ntouch {m}", "x' ; touch {m}; '"]
+
+
+@pytest.mark.parametrize("template", HOSTILE)
+def test_config_values_in_scripts_cannot_execute(tmp_path, template):
+    """Run the rendered script with stand-in module/jsrun: the value arrives as text."""
+    marker = tmp_path / "pwned"
+    value = template.format(m=marker)
+    cfg = compose_experiment("local_3d", ["cluster=lassen", "cluster.nodes=2",
+                                          "cluster.device=cpu", "launch.submit=false"])
+    cfg.cluster.modules = [value]
+    cfg.cluster.activate = str(tmp_path / "activate")
+    cfg.cluster.env = {"HOSTILE": value}
+    run_dir = plan_run(cfg, root=tmp_path)
+    (tmp_path / "activate").write_text("")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    seen = tmp_path / "seen"
+    (bin_dir / "module").write_text(f'#!/bin/bash\nprintf %s "$2" > {seen}.module\n')
+    (bin_dir / "jsrun").write_text(f'#!/bin/bash\nprintf %s "$HOSTILE" > {seen}.env\n')
+    for stub in bin_dir.iterdir():
+        stub.chmod(0o755)
+    script = lsf.write_script(cfg, run_dir)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
+           "LSB_MCPU_HOSTS": "batch1 1 node1 40", "LSB_JOBID": "7"}
+    out = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    assert not marker.exists()
+    assert Path(f"{seen}.module").read_text() == value
+    assert Path(f"{seen}.env").read_text() == value
+
+
+@pytest.mark.parametrize("field", ["cluster.queue", "cluster.account"])
+@pytest.mark.parametrize("value", ["'a;b'", "'a b'", "'$(id)'"])
+def test_directive_values_must_be_plain_tokens(field, value):
+    cfg = compose_experiment("hybrid_192gpu", [f"{field}={value}", "launch.submit=false"])
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+        resolve_layout(cfg)
+
+
+def test_job_names_are_sanitized():
+    assert sanitize_job_name("exp;rm -rf /$(x)") == "exp_rm_-rf_x"
+    assert sanitize_job_name("\n") == "neoxlab"
+    assert len(sanitize_job_name("a" * 300)) == 64
+
+
+@pytest.mark.parametrize(("overrides", "needle"), [
+    (["cluster.walltime=12h"], "cluster.walltime='12h' is not a lsf time limit"),
+    (["cluster.walltime=1:75"], "cluster.walltime='1:75'"),
+    (["cluster=slurm", "cluster.walltime=12:00:00:00"], "not a slurm time limit"),
+    (["cluster.ranks_per_node=8", "cluster.nodes=24"], "more GPUs than a lassen node has"),
+    (["cluster.launcher=srun"], "cluster.launcher='srun' does not go with scheduler 'lsf'"),
+    (["cluster=slurm", "cluster.mpi=openmpi"], "cluster.mpi='openmpi'"),
+])
+def test_bad_cluster_input_is_refused_before_planning(tmp_path, capsys, overrides, needle):
+    code = main(["experiment=hybrid_192gpu", *overrides, f"launch.results_dir={tmp_path}"])
+    assert code == 2
+    assert needle in capsys.readouterr().err
+    assert not any(tmp_path.rglob("*"))
+
+
+def test_unknown_cluster_names_the_known_ones(tmp_path, capsys):
+    assert main(["experiment=hybrid_192gpu", "cluster=lasen", "launch.submit=false",
+                 f"launch.results_dir={tmp_path}"]) == 2
+    err = capsys.readouterr().err
+    assert "lasen" in err and "lassen" in err and "slurm_local" in err
+
+
+def test_missing_submit_command_submits_nothing(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert main(["experiment=hybrid_192gpu", "cluster=slurm",
+                 f"launch.results_dir={tmp_path}"]) == 2
+    assert "sbatch" in capsys.readouterr().err and not any(tmp_path.rglob("*"))
+
+
+def test_submit_false_renders_and_prints_the_script_path(tmp_path, capsys):
+    assert main(["experiment=hybrid_192gpu", "launch.submit=false",
+                 f"launch.results_dir={tmp_path}"]) == 0
+    out = capsys.readouterr().out
+    (script,) = tmp_path.glob("hybrid_192gpu/*/job.lsf")
+    assert f"job script: {script}" in out
+    assert not (tmp_path / "manifests").exists()
