@@ -171,6 +171,7 @@ class LaunchConfig:
     fail_rank: int | None = None  # testing aid: this rank raises at fail_step
     fail_step: int = 1
     requeue: int = 0  # cluster jobs resubmit themselves up to this many times at walltime
+    warn_before_s: int = 300  # the scheduler's pre-walltime signal: time left to checkpoint
 
 
 @dataclass

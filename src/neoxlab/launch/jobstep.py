@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from neoxlab import rundir
+from neoxlab.config import Config
 from neoxlab.launch import hostfile
 from neoxlab.launch.failure import diagnose
 
@@ -44,6 +45,9 @@ def end(run_dir: Path, code: int) -> None:
 
         collect_metrics(run_dir)
     state = rundir.read_json(run_dir / "status.json").get("state")
+    if state == "preempted":  # the ranks checkpointed on the pre-walltime signal
+        requeue(cfg, run_dir)
+        return
     if code == 0:
         if state != "completed":
             rundir.set_status(run_dir, "completed", exit_code=0)
@@ -52,6 +56,28 @@ def end(run_dir: Path, code: int) -> None:
     launcher_output = logs[-1].read_text(errors="replace") if logs else ""
     rundir.set_status(run_dir, "failed", exit_code=code,
                       **diagnose(run_dir, launcher_output, code))
+
+
+def requeue(cfg: Config, run_dir: Path) -> None:
+    """Resubmit the same job script (it resumes from the run dir) while launch.requeue allows;
+    every job id of the run goes into the manifest."""
+    from neoxlab.launch import manifest, scheduler_module
+
+    results = run_dir.parent.parent
+    jobs = [e for e in manifest.read(results, cfg.experiment) if e.get("run_id") == run_dir.name]
+    if len(jobs) > cfg.launch.requeue:
+        rundir.set_status(run_dir, "preempted", requeue_left=0, error=(
+            f"stopped at the time limit after {len(jobs)} jobs (launch.requeue="
+            f"{cfg.launch.requeue}); continue with `make resume RUN={run_dir}`"))
+        return
+    scheduler = scheduler_module(cfg.cluster.scheduler)
+    job_id = scheduler.submit(run_dir / scheduler.SCRIPT_NAME)
+    manifest.record(results, cfg.experiment, run_id=run_dir.name, run_dir=str(run_dir),
+                    job_id=job_id, scheduler=cfg.cluster.scheduler, cluster=cfg.cluster.name,
+                    requeue_of=jobs[-1]["job_id"] if jobs else None)
+    rundir.set_status(run_dir, "requeued", job_id=job_id,
+                      requeue_left=cfg.launch.requeue - len(jobs))
+    print(f"[neoxlab] requeued as job {job_id}", file=sys.stderr)
 
 
 def main(argv: list[str]) -> int:

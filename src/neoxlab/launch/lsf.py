@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import subprocess
 from pathlib import Path
@@ -25,6 +26,7 @@ def render(cfg: Config, run_dir: Path) -> str:
         cores_per_rs=str(cores_per_rs),
         gpus_per_rs=str(1 if c.gpus_per_node else 0),
         bind=f"packed:{cores_per_rs}",
+        warn_minutes=str(max(1, math.ceil(cfg.launch.warn_before_s / 60))),  # -wt: minutes
         site_directives=jobscript.site_directives("#BSUB", [
             *([("-q", c.queue)] if c.queue else []),
             *([("-G", c.account)] if c.account else []),

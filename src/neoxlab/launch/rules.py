@@ -53,6 +53,11 @@ def validate_cluster(cfg: Config) -> list[str]:
         )
     if c.scheduler == "slurm" and c.mpi not in SLURM_MPI:
         errors.append(f"cluster.mpi='{c.mpi}' is not one of {list(SLURM_MPI)} (srun --mpi)")
+    if not 0 < cfg.launch.warn_before_s <= 65535:
+        errors.append(
+            f"launch.warn_before_s={cfg.launch.warn_before_s} must be in 1..65535 (seconds "
+            "before the time limit at which the ranks are told to checkpoint)"
+        )
     if cfg.launch.requeue < 0:
         errors.append(f"launch.requeue={cfg.launch.requeue} must be >= 0 (0: never requeue)")
     for field, value in [("cluster.queue", c.queue), ("cluster.account", c.account),

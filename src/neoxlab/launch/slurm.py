@@ -22,6 +22,7 @@ def render(cfg: Config, run_dir: Path) -> str:
         ranks_per_node=str(c.ranks_per_node),
         cores_per_rank=str(max(1, c.cores_per_node // c.ranks_per_node)),
         mpi=jobscript.quote(c.mpi),
+        warn_seconds=str(cfg.launch.warn_before_s),
         site_directives=jobscript.site_directives("#SBATCH", [
             *([("--partition=", c.queue)] if c.queue else []),
             *([("--account=", c.account)] if c.account else []),
