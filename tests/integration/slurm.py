@@ -1,0 +1,90 @@
+"""Helpers for tests that submit real jobs to the local Slurm that .ci/slurm-up starts.
+
+slurm_ready() says why Slurm cannot be used (so tests skip with that reason on a dev machine
+without Slurm); CI sets NEOXLAB_REQUIRE_SLURM=1 so a missing Slurm fails instead of skipping.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+# Job states after which a job never runs again (scontrol keeps them for MinJobAge seconds).
+FINAL_STATES = frozenset({
+    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
+    "BOOT_FAIL", "DEADLINE",
+})
+USABLE_NODE_STATES = frozenset({"idle", "mix", "alloc"})
+CLIENTS = ("sbatch", "srun", "scontrol", "sinfo", "scancel")
+QUERY_TIMEOUT_S = 10.0
+START_HINT = "start it with `bash .ci/slurm-up` (root)"
+
+
+def _query(*cmd: str) -> subprocess.CompletedProcess | None:
+    """Run a Slurm client with a short timeout; None when it hangs (controller gone)."""
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def slurm_ready() -> str | None:
+    """None when jobs can be submitted and run now, else the reason they cannot."""
+    missing = [tool for tool in CLIENTS if shutil.which(tool) is None]
+    if missing:
+        return f"Slurm clients not installed ({', '.join(missing)} not on PATH); {START_HINT}"
+    ping = _query("scontrol", "ping")
+    if ping is None or "is UP" not in ping.stdout:
+        lines = [] if ping is None else (ping.stdout + ping.stderr).strip().splitlines()
+        said = lines[0] if lines else "no answer"
+        return f"Slurm controller not responding (scontrol ping: {said}); {START_HINT}"
+    info = _query("sinfo", "-h", "-o", "%t")
+    states = [] if info is None else info.stdout.split()
+    # sinfo appends flags such as '*' (not responding) or '~' (powered off) to the state.
+    if not any(state in USABLE_NODE_STATES for state in states):
+        return f"no usable Slurm node (sinfo states: {states or 'none'}); {START_HINT}"
+    return None
+
+
+@functools.cache
+def slurm_ready_cached() -> str | None:
+    return slurm_ready()
+
+
+def submit(script: Path, *sbatch_args: str) -> str:
+    """sbatch a script file; the job id."""
+    proc = subprocess.run(["sbatch", "--parsable", *sbatch_args, str(script)],
+                          capture_output=True, text=True, timeout=QUERY_TIMEOUT_S)
+    if proc.returncode != 0:
+        raise RuntimeError(f"sbatch {script} failed: {proc.stderr.strip()}")
+    return proc.stdout.strip().split(";")[0]
+
+
+def job_state(job_id: str) -> str | None:
+    """The job's state from scontrol (e.g. RUNNING, COMPLETED), None when unknown."""
+    proc = _query("scontrol", "show", "job", "-o", job_id)
+    if proc is None or proc.returncode != 0:
+        return None
+    match = re.search(r"\bJobState=(\S+)", proc.stdout)
+    return match.group(1) if match else None
+
+
+def wait_for_job(job_id: str, timeout_s: float, poll_s: float = 0.5) -> str:
+    """Poll until the job reaches a final state and return it; TimeoutError after timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    state = None
+    while time.monotonic() < deadline:
+        state = job_state(job_id)
+        if state in FINAL_STATES:
+            return state
+        time.sleep(poll_s)
+    raise TimeoutError(f"Slurm job {job_id} not finished after {timeout_s}s (state {state})")
+
+
+def cancel(job_id: str) -> None:
+    """Cancel a job (no error when it already ended), so a failed test leaves nothing queued."""
+    _query("scancel", job_id)
