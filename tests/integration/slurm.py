@@ -7,11 +7,11 @@ without Slurm); CI sets NEOXLAB_REQUIRE_SLURM=1 so a missing Slurm fails instead
 from __future__ import annotations
 
 import functools
-import re
 import shutil
 import subprocess
 import time
-from pathlib import Path
+
+from neoxlab.launch.slurm import job_state
 
 # Job states after which a job never runs again (scontrol keeps them for MinJobAge seconds).
 FINAL_STATES = frozenset({
@@ -53,24 +53,6 @@ def slurm_ready() -> str | None:
 @functools.cache
 def slurm_ready_cached() -> str | None:
     return slurm_ready()
-
-
-def submit(script: Path, *sbatch_args: str) -> str:
-    """sbatch a script file; the job id."""
-    proc = subprocess.run(["sbatch", "--parsable", *sbatch_args, str(script)],
-                          capture_output=True, text=True, timeout=QUERY_TIMEOUT_S)
-    if proc.returncode != 0:
-        raise RuntimeError(f"sbatch {script} failed: {proc.stderr.strip()}")
-    return proc.stdout.strip().split(";")[0]
-
-
-def job_state(job_id: str) -> str | None:
-    """The job's state from scontrol (e.g. RUNNING, COMPLETED), None when unknown."""
-    proc = _query("scontrol", "show", "job", "-o", job_id)
-    if proc is None or proc.returncode != 0:
-        return None
-    match = re.search(r"\bJobState=(\S+)", proc.stdout)
-    return match.group(1) if match else None
 
 
 def wait_for_job(job_id: str, timeout_s: float, poll_s: float = 0.5) -> str:

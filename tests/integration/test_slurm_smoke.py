@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from neoxlab.launch.slurm import submit
 from tests.conftest import REPO_ROOT
-from tests.integration.slurm import cancel, submit, wait_for_job
+from tests.integration.slurm import cancel, wait_for_job
 
 RANKS = 4
 JOB_TIMEOUT_S = 120

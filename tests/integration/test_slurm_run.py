@@ -1,0 +1,50 @@
+"""`make run EXP=local_slurm` on the real local Slurm: sbatch + srun --mpi=pmi2, 4 ranks."""
+
+from __future__ import annotations
+
+import pytest
+
+from neoxlab.__main__ import main
+from neoxlab.launch import manifest
+from tests.integration.harness import processes_of, read_metrics, read_status
+from tests.integration.slurm import cancel, wait_for_job
+
+
+@pytest.mark.timeout(400)
+def test_local_slurm_experiment_runs_through_sbatch_and_srun(requires_slurm, results_dir,
+                                                             capsys):
+    assert main(["experiment=local_slurm", "train.steps=3",
+                 f"launch.results_dir={results_dir}"]) == 0
+    out = capsys.readouterr().out
+    (entry,) = manifest.read(results_dir, "local_slurm")
+    assert f"submitted slurm job {entry['job_id']}" in out
+    try:
+        state = wait_for_job(entry["job_id"], timeout_s=360)
+    finally:
+        cancel(entry["job_id"])
+    run_dir = results_dir / "local_slurm" / entry["run_id"]
+    status = read_status(run_dir)
+    err = (run_dir / "logs" / f"job.{entry['job_id']}.err").read_text()
+    assert state == "COMPLETED", err
+    assert status["state"] == "completed" and status["job_id"] == entry["job_id"]
+    assert status["world_size"] == 4
+    assert [m["step"] for m in read_metrics(run_dir)] == [1, 2, 3]
+    assert sorted(p.name for p in (run_dir / "logs").glob("rank*.done")) == [
+        f"rank{r}.done" for r in range(4)]
+    assert (run_dir / "hostfile").read_text().split() == [status["hosts"][0], "slots=4"]
+    assert not processes_of(run_dir)
+
+
+@pytest.mark.timeout(300)
+def test_failing_rank_under_slurm_fails_the_job_with_its_error(requires_slurm, results_dir):
+    assert main(["experiment=local_slurm", "train.steps=3", "launch.fail_rank=2",
+                 f"launch.results_dir={results_dir}"]) == 0
+    (entry,) = manifest.read(results_dir, "local_slurm")
+    try:
+        state = wait_for_job(entry["job_id"], timeout_s=240)
+    finally:
+        cancel(entry["job_id"])
+    status = read_status(results_dir / "local_slurm" / entry["run_id"])
+    assert state == "FAILED"
+    assert status["state"] == "failed" and status["failed_rank"] == 2
+    assert status["error"].startswith("InjectedFailure: injected failure on rank 2")
