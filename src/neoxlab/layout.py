@@ -226,6 +226,9 @@ def validate(cfg: Config) -> list[str]:
     from neoxlab.serve.validate import validate_serve
 
     errors += validate_serve(cfg)
+    from neoxlab.neox.validate import validate_neox
+
+    errors += validate_neox(cfg)
     if not errors:
         _check_memory(cfg, errors)
     return errors
