@@ -129,6 +129,7 @@ def test_ranks_run_train_py_without_deepy_under_mpiexec(tmp_path):
         assert record["cwd"] == str(neox_dir)
         assert record["torch_patched"] and record["deepspeed_patched"]
         assert record["max_abs_error"] < 0.05  # zfp rate 8 on values in [3, 5]
+        assert not record["megatron_preloaded"]
     assert seen[0]["env"]["MASTER_ADDR"] == seen[1]["env"]["MASTER_ADDR"]
 
     comm = [json.loads(line) for line in (run_dir / "comm.jsonl").read_text().splitlines()]

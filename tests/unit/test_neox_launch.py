@@ -122,3 +122,19 @@ def test_collect_metrics_keeps_the_last_line_of_a_repeated_step(neox_run):
     records = [json.loads(x) for x in collect_metrics(neox_run).read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2]
     assert records[1]["loss"] == 3.0 and records[1]["iteration_s"] == 2.0
+
+
+def test_rank_zero_builds_gpt_neox_data_helpers_once(tmp_path):
+    from neoxlab.neox.entry import build_data_helpers
+
+    build_data_helpers(tmp_path)  # no megatron/data/Makefile: nothing to do
+    data = tmp_path / "megatron" / "data"
+    data.mkdir(parents=True)
+    (data / "Makefile").write_text("helpers.so:\n\techo built >> log.txt\n\ttouch helpers.so\n")
+    build_data_helpers(tmp_path)
+    build_data_helpers(tmp_path)  # up to date: make does nothing the second time
+    assert (data / "log.txt").read_text() == "built\n"
+    (data / "Makefile").write_text("helpers.so:\n\tfalse\n")
+    (data / "helpers.so").unlink()
+    with pytest.raises(RuntimeError, match="dataset helpers"):
+        build_data_helpers(tmp_path)

@@ -87,6 +87,24 @@ def run_train_py(argv: list[str], neox_dir: Path) -> None:
         os.chdir(saved_cwd)
 
 
+def build_data_helpers(neox_dir: Path) -> None:
+    """Rank 0 builds GPT-NeoX's C++ dataset helpers once, before any rank starts train.py.
+
+    GPT-NeoX runs `make` in megatron/data on every LOCAL_RANK 0 - every rank when each sees
+    one GPU - in a checkout shared by all nodes; built beforehand, those makes are no-ops."""
+    data = neox_dir / "megatron" / "data"
+    if not (data / "Makefile").exists():
+        return
+    proc = subprocess.run(["make", "-C", str(data)], capture_output=True, text=True,
+                          check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"building GPT-NeoX's dataset helpers (make -C {data}) failed: "
+            f"{proc.stderr.strip()[-2000:]}; GPT-NeoX needs a C++ compiler and pybind11 in "
+            "the job's environment"
+        )
+
+
 def record_provenance(run_dir: Path, neox_dir: Path) -> None:
     """Which GPT-NeoX ran, next to the commit patches/upstream.lock says was read."""
     from neoxlab.neox.launch import LOCK_FILE, read_lock
@@ -112,6 +130,8 @@ def run(cfg: Config, run_dir: Path, info: dist.RankInfo, terminal: TextIO | None
         record_provenance(run_dir, neox_dir)
         print(f"[neoxlab] GPT-NeoX {neox_dir} on {info.world_size} ranks", file=terminal,
               flush=True)
+        build_data_helpers(neox_dir)
+    _barrier()
     run_train_py(train_argv(run_dir, neox_dir), neox_dir)
     sys.stdout.flush()
     inject.write_rows(info.rank)
