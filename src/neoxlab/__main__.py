@@ -41,11 +41,11 @@ def check_scheduler(cfg: Config) -> None:
             "to render the job script only"
         )
     if cfg.engine.name == "neox":
-        from neoxlab.neox.validate import check_neox_dir
+        from neoxlab.neox.validate import check_neox_inputs
 
-        problem = check_neox_dir(cfg.cluster.neox_dir)
-        if problem:
-            raise ConfigError(problem)
+        problems = check_neox_inputs(cfg)
+        if problems:
+            raise ConfigError("; ".join(problems))
 
 
 def run_comparison(cfg: Config, overrides: list[str], argv: list[str]) -> int:

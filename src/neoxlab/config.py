@@ -108,6 +108,9 @@ class EngineConfig:
     name: str = "builtin"  # builtin | neox
     backend: str = "auto"  # auto | gloo | nccl
     torch_threads: int = 1
+    # engine=neox only: more GPT-NeoX arguments for neox.yml (real GPT-NeoX names, e.g. fusion
+    # flags, eval_iters); keys neoxlab renders from its own config are refused (set those here).
+    neox_args: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -117,6 +120,10 @@ class DataConfig:
     max_bytes: int = 4_000_000
     val_fraction: float = 0.05
     seed: int = 1234
+    # engine=neox only: path is a GPT-NeoX preprocessed prefix (<path>.bin/.idx), tokenized by:
+    tokenizer_type: str = "HFTokenizer"  # a GPT-NeoX tokenizer_type
+    vocab_file: str | None = None
+    merge_file: str | None = None  # GPT2BPETokenizer only
 
 
 @dataclass

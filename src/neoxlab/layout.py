@@ -229,6 +229,9 @@ def validate(cfg: Config) -> list[str]:
     from neoxlab.launch.rules import validate_cluster
 
     errors += validate_cluster(cfg)
+    from neoxlab.neox.validate import validate_neox
+
+    errors += validate_neox(cfg)
     if not errors:
         _check_memory(cfg, errors)
     return errors

@@ -22,6 +22,10 @@ def plan_run(cfg: Config, argv: list[str] | None = None, root: Path | None = Non
         from neoxlab.train.deepspeed_config import render
 
         rundir.write_json(run_dir / "deepspeed.json", render(cfg, layout))
+    elif cfg.task.name == "train" and cfg.engine.name == "neox":
+        from neoxlab.neox.render import write_neox_yml
+
+        write_neox_yml(cfg, layout, run_dir)
     memory = estimate_memory(cfg, layout)
     rundir.write_json(
         run_dir / "layout.json",
