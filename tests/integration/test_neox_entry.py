@@ -53,6 +53,7 @@ def _plan(tmp_path: Path, neox_dir: Path) -> Path:
     results = tmp_path / "results"
     cfg = compose_experiment("local_zhybrid", [
         "engine=neox", f"cluster.neox_dir={neox_dir}", "cluster.device=v100",
+        "cluster.gpus_per_node=8",
         "cluster.ranks_per_node=2", "parallel.tp=1", "parallel.pp=1",
         "data.source=file", f"data.path={tmp_path}/data/tiny_text_document",
         f"data.vocab_file={tmp_path}/tokenizer.json", f"launch.results_dir={results}",

@@ -98,7 +98,7 @@ def test_collect_metrics_from_gpt_neox_rank_logs(neox_run):
     batch = 4 * 32 * (192 // (2 * 8))
     assert first["samples_per_s"] == pytest.approx(batch / 146.8912)
     assert first["tokens_per_s"] == pytest.approx(batch * 2048 / 146.8912)
-    h, s, layers, vocab = 6144, 2048, 44, 50432
+    h, s, layers, vocab = 6144, 2048, 44, 50688  # 50277 padded to a multiple of 128 x tp=4
     flops = 96 * batch * s * layers * h * h * (1 + s / (6 * h) + vocab / (16 * layers * h))
     assert first["tflops_per_gpu"] == pytest.approx(flops / 146.8912 / 192 / 1e12)
     assert first["neox_tflops_per_gpu"] == pytest.approx(41.3)

@@ -41,9 +41,12 @@ PUBLISHED_20B = {
     "wall_clock_breakdown": False, "tokenizer_type": "HFTokenizer",
     "scaled_upper_triang_masked_softmax_fusion": True, "bias_gelu_fusion": True,
 }
-# Where our 192-V100 experiment differs from the 96-A100 original, on purpose.
-OURS_192 = {"pipe_parallel_size": 8, "global_num_gpus": 192, "train_iters": 100,
-            "lr_decay_iters": 100, "peak_theoretical_tflops": 125.0}
+# The published layout (TP 2 x PP 4 x DP 12 on 96 GPUs) rendered from our 20B experiment
+# on 24 four-GPU nodes; what differs on purpose: steps and the V100 peak.
+PUBLISHED_LAYOUT = ["cluster.nodes=24", "parallel.tp=2", "parallel.pp=4",
+                    "cluster.device_memory_gib=40"]  # it was trained on A100 40 GB
+OURS = {"pipe_parallel_size": 4, "global_num_gpus": 96, "train_iters": 100,
+        "lr_decay_iters": 100, "peak_theoretical_tflops": 125.0}
 
 # Top-level names checked one by one in megatron/neox_arguments/neox_args.py and
 # deepspeed_args.py (EleutherAI/gpt-neox at patches/upstream.lock's commit).
@@ -77,9 +80,18 @@ def _render(experiment: str, overrides: list[str], run_dir=None) -> dict:
 
 
 def test_20b_matches_the_published_config_key_by_key():
-    rendered = _render("baseline_192gpu", NEOX_20B)
-    for key, expected in {**PUBLISHED_20B, **OURS_192}.items():
+    rendered = _render("baseline_192gpu", [*NEOX_20B, *PUBLISHED_LAYOUT])
+    for key, expected in {**PUBLISHED_20B, **OURS}.items():
         assert rendered[key] == expected, key
+
+
+def test_192_gpu_experiment_renders_its_own_layout():
+    rendered = _render("hybrid_192gpu", NEOX_20B)
+    assert (rendered["model_parallel_size"], rendered["pipe_parallel_size"]) == (4, 4)
+    assert rendered["global_num_gpus"] == 192
+    # 1536 = micro 4 x accum 32 x dp 12 at every size of the grid
+    assert (rendered["train_micro_batch_size_per_gpu"],
+            rendered["gradient_accumulation_steps"]) == (4, 32)
 
 
 def test_every_rendered_key_is_a_gpt_neox_argument():
