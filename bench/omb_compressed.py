@@ -1,0 +1,197 @@
+"""Compressed vs plain allreduce, 1-64 MiB, on MPI (mpi4py) and gloo (torch), side by side.
+
+    python bench/omb_compressed.py [--ranks 2] [--specs zfp:rate=8 int8] [--backends mpi torch]
+
+Why: compression pays only where the bytes it saves take longer to move than encoding and
+decoding them. Every rank runs neoxlab.omb's allreduce (torch CPU buffers, fp32, smooth
+data) plainly and with each --specs compressor (neoxlab.omb.compressed: encode, all-gather
+the encoded buffers, decode all, sum), size by size, the variants interleaved so each size
+sees the same machine load. Reported per backend and size: plain us, compressed us, their
+ratio, the compression ratio, and the crossover size from which compression wins (or none).
+Then the compressors' throughput, measured in the same run on every rank at once (one
+thread each, as in the collective), the plain allreduce's bus bandwidth, and the link
+bandwidth below which each compressor would pay (neoxlab.omb.compare.break_even_GBps).
+Large allocations use transparent huge pages (THP_MEM_ALLOC_ENABLE=1), for both arms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+MIB = 1 << 20
+DEFAULT_SPECS = ["zfp:rate=8", "int8"]
+
+
+def iterations(size: int) -> int:
+    return 10 if size <= 2 * MIB else 5 if size <= 8 * MIB else 3 if size <= 32 * MIB else 2
+
+
+# ---------------------------------------------------------------- per rank (under mpiexec)
+
+def throughput(specs: list[str], probe_bytes: int, repeats: int = 3) -> dict[str, dict]:
+    """Encode/decode GB/s (input bytes) per compressor, all ranks at once; mean over ranks."""
+    import torch
+    from mpi4py import MPI
+
+    from neoxlab.compress import make_compressor
+    from neoxlab.omb.options import DTYPES
+    from neoxlab.omb.validate import Patterns
+
+    comm = MPI.COMM_WORLD
+    pat = Patterns(DTYPES["float"], comm.size, reduction=True, smooth=True)
+    x = torch.from_numpy(pat.data(probe_bytes // 4, comm.rank, 0))
+
+    def best(fn) -> float:
+        times = []
+        for _ in range(repeats + 1):  # the first call warms up
+            comm.Barrier()
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times[1:])
+
+    out = {"clone": {"encode": probe_bytes / best(x.clone) / 1e9}}
+    for spec in specs:
+        comp = make_compressor(spec)
+        enc = comp.encode(x)
+        out[spec] = {"encode": probe_bytes / best(lambda c=comp: c.encode(x)) / 1e9,
+                     "decode": probe_bytes / best(lambda c=comp, e=enc: c.decode(e)) / 1e9,
+                     "ratio": probe_bytes / enc.numel()}
+    return {k: {m: comm.allreduce(v) / comm.size for m, v in d.items()} for k, d in out.items()}
+
+
+def worker(args: argparse.Namespace) -> int:
+    import torch
+    from mpi4py import MPI
+
+    from neoxlab.omb import OmbOptions, run_benchmark
+    from neoxlab.omb.backends import init_torch_distributed
+
+    torch.set_num_threads(1)
+    comm = MPI.COMM_WORLD
+    if "torch" in args.backends:
+        init_torch_distributed(comm, "gloo")  # once; every torch-backend run reuses it
+    sizes = [s * MIB for s in mib_sizes(args.min_mib, args.max_mib)]
+    rows = []
+    for backend in args.backends:
+        for size in sizes:
+            for spec in [None, *args.specs]:
+                opts = OmbOptions(benchmark="allreduce", buffer="torch", backend=backend,
+                                  min_size=size, max_size=size, iterations=iterations(size),
+                                  warmup=1, compress=spec)
+                row = run_benchmark(opts, comm)[0]
+                rows.append({"backend": backend, "spec": spec, "size": size,
+                             "us": row.avg_us, "busbw": row.busbw_GBps,
+                             "ratio": row.compression_ratio})
+    rates = throughput(args.specs, args.probe_mib * MIB)
+    if comm.rank == 0:
+        print(json.dumps({"rows": rows, "throughput": rates, "ranks": comm.size}))
+    return 0
+
+
+# ---------------------------------------------------------------- driver and report
+
+def mib_sizes(lo: int, hi: int) -> list[int]:
+    out, s = [], lo
+    while s <= hi:
+        out.append(s)
+        s *= 2
+    return out
+
+
+def report(doc: dict, specs: list[str], backends: list[str]) -> list[str]:
+    from neoxlab.omb.compare import break_even_GBps, crossover
+
+    n, rates, lines = doc["ranks"], doc["throughput"], []
+    label = {"mpi": "MPI (mpi4py)", "torch": "gloo (torch.distributed)"}
+    busbw = {}
+    for be in backends:
+        rows = [r for r in doc["rows"] if r["backend"] == be]
+        plain = {r["size"]: r["us"] for r in rows if r["spec"] is None}
+        busbw[be] = max(r["busbw"] for r in rows if r["spec"] is None)
+        lines.append(f"== allreduce on {label[be]}, {n} ranks, fp32 smooth data")
+        for spec in specs:
+            comp = {r["size"]: r for r in rows if r["spec"] == spec}
+            lines.append(f"{'# Size':<10}{'plain us':>12}{spec + ' us':>18}{'x plain':>9}"
+                         f"{'CR':>7}")
+            for size in sorted(plain):
+                c = comp[size]
+                lines.append(f"{f'{size // MIB} MiB':<10}{plain[size]:>12.0f}{c['us']:>18.0f}"
+                             f"{c['us'] / plain[size]:>9.2f}{c['ratio']:>7.2f}")
+            cross = crossover(plain, {s: r["us"] for s, r in comp.items()})
+            lines.append(f"crossover {spec} on {be}: " + (
+                f"compression pays from {cross // MIB} MiB up" if cross else
+                f"none in {min(plain) // MIB}-{max(plain) // MIB} MiB: compressed is never "
+                "faster here"))
+    lines.append(f"# compressor throughput ({doc['probe_mib']} MiB fp32 smooth data, "
+                 f"{n} ranks at once, 1 thread each; GB/s of uncompressed input)")
+    lines.append(f"clone (memcpy baseline) {rates['clone']['encode']:.2f} GB/s")
+    for spec in specs:
+        r = rates[spec]
+        lines.append(f"{spec}: encode {r['encode']:.3f} GB/s, decode {r['decode']:.3f} "
+                     f"GB/s, ratio {r['ratio']:.2f}")
+    lines.append("plain allreduce bus bandwidth (best size): " + ", ".join(
+        f"{be} {busbw[be]:.2f} GB/s" for be in backends))
+    for spec in specs:
+        r = rates[spec]
+        b = break_even_GBps(n, r["ratio"], r["encode"], r["decode"])
+        if b is None:
+            lines.append(f"{spec}: never pays at {n} ranks: ratio {r['ratio']:.2f} <= n/2, so "
+                         "the all-gather of compressed copies moves no fewer bytes than a ring")
+            continue
+        here = ", ".join(f"{be} {busbw[be] / b:.1f}x" for be in backends)
+        word = "so it cannot pay here" if all(busbw[be] > b for be in backends) else \
+            "so by this model it can pay where the loopback is slower than that"
+        lines.append(f"{spec}: pays only on links below {b:.3f} GB/s per rank (encode + {n} "
+                     f"decodes must cost less than the wire time saved); this machine's "
+                     f"loopback bus bandwidth is {here} that, {word}")
+    return lines
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--ranks", type=int, default=2, help="2 or 4 (the machine has 2 cores)")
+    ap.add_argument("--specs", nargs="+", default=DEFAULT_SPECS, help="compressor specs")
+    ap.add_argument("--backends", nargs="+", default=["mpi", "torch"], choices=["mpi", "torch"])
+    ap.add_argument("--min-mib", type=int, default=1)
+    ap.add_argument("--max-mib", type=int, default=64)
+    ap.add_argument("--probe-mib", type=int, default=16, help="throughput probe size")
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds for the whole run")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        return worker(args)
+    if args.ranks not in (2, 4):
+        ap.error(f"--ranks {args.ranks}: this bench runs on 2 or 4 ranks; pass --ranks 2")
+    from neoxlab.launch.local import mpiexec_path
+
+    cmd = [mpiexec_path(), "-n", str(args.ranks), sys.executable, str(Path(__file__).resolve()),
+           "--worker", "--specs", *args.specs, "--backends", *args.backends,
+           "--min-mib", str(args.min_mib), "--max-mib", str(args.max_mib),
+           "--probe-mib", str(args.probe_mib)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "THP_MEM_ALLOC_ENABLE": "1"}
+    load = " ".join(f"{v:.1f}" for v in os.getloadavg())
+    print(f"# {args.ranks} ranks on {os.cpu_count()} cores, load average {load}; "
+          f"specs {' '.join(args.specs)}")
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
+    if proc.returncode != 0:
+        print(f"[bench] {' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr}",
+              file=sys.stderr)
+        return 1
+    doc = json.loads(proc.stdout.strip().splitlines()[-1])
+    doc["probe_mib"] = args.probe_mib
+    print("\n".join(report(doc, args.specs, args.backends)))
+    print(f"# {time.perf_counter() - start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
