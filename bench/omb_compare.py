@@ -12,6 +12,9 @@ alternating between rounds so that drifting machine load hits both alike; per si
 median over the rounds is reported: native us, python us, overhead (python - native) and
 ratio, then one verdict line per goal and one for the whole goal (PASS or SHORT).
 Iteration counts: OSU's for sizes <= 8192 B, fewer above (200 latency, 100 allreduce).
+Thread level: by default each side runs as it does for users (native MPI_THREAD_SINGLE as
+OSU's MPI_Init; Python mpi4py's default, MPI_THREAD_MULTIPLE, which MPICH pays for on every
+call); --thread-level LEVEL runs both at LEVEL (mpi4py through MPI4PY_RC_THREAD_LEVEL).
 """
 
 from __future__ import annotations
@@ -60,8 +63,8 @@ def parts(max_latency: int, max_allreduce: int) -> list[Part]:
     ]
 
 
-def launch(argv: list[str], timeout: float) -> str:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+def launch(argv: list[str], timeout: float, env_extra: dict[str, str] | None = None) -> str:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **(env_extra or {})}
     cmd = [mpiexec_path(), "-n", str(RANKS), *argv]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
                           cwd=ROOT)
@@ -70,20 +73,21 @@ def launch(argv: list[str], timeout: float) -> str:
     return proc.stdout
 
 
-def run_native(binary: Path, part: Part, timeout: float) -> compare.Times:
-    text = launch([str(binary), *part.args(), "-p", "3"], timeout)
+def run_native(binary: Path, part: Part, timeout: float, level: str | None) -> compare.Times:
+    text = launch([str(binary), *part.args(), "-p", "3", "-t", level or "single"], timeout)
     return compare.latencies(parse_table(text))
 
 
-def run_python(part: Part, timeout: float) -> compare.Times:
+def run_python(part: Part, timeout: float, level: str | None) -> compare.Times:
     import json
 
+    env = {"MPI4PY_RC_THREAD_LEVEL": level} if level else None
     text = launch([sys.executable, "-m", "neoxlab.omb", *part.args(), "--format", "json"],
-                  timeout)
+                  timeout, env)
     return compare.latencies(json.loads(text)["rows"])
 
 
-def measure(binary: Path, plan: list[Part], rounds: int, timeout: float
+def measure(binary: Path, plan: list[Part], rounds: int, timeout: float, level: str | None
             ) -> dict[str, tuple[list[compare.Times], list[compare.Times]]]:
     """{benchmark: (native rounds, python rounds)}, each round merging that benchmark's parts."""
     out = {p.benchmark: ([{} for _ in range(rounds)], [{} for _ in range(rounds)])
@@ -94,21 +98,23 @@ def measure(binary: Path, plan: list[Part], rounds: int, timeout: float
             first_native = r % 2 == 0
             for is_native in (first_native, not first_native):
                 if is_native:
-                    nat[r].update(run_native(binary, part, timeout))
+                    nat[r].update(run_native(binary, part, timeout, level))
                 else:
-                    py[r].update(run_python(part, timeout))
+                    py[r].update(run_python(part, timeout, level))
         print(f"# round {r + 1}/{rounds} done", file=sys.stderr, flush=True)
     return out
 
 
-def describe() -> str:
+def describe(level: str | None) -> str:
     import mpi4py
     from mpi4py import MPI
 
     lib = " ".join(MPI.Get_library_version().splitlines()[0].split())
     load = " ".join(f"{v:.1f}" for v in os.getloadavg())
+    py_level = level or os.environ.get("MPI4PY_RC_THREAD_LEVEL") or mpi4py.rc.thread_level
     return (f"# {RANKS} ranks on {os.cpu_count()} cores, load average {load}; {lib}; "
-            f"mpi4py {mpi4py.__version__}, Python {sys.version.split()[0]}")
+            f"mpi4py {mpi4py.__version__}, Python {sys.version.split()[0]}\n"
+            f"# thread level: native {level or 'single'}, python {py_level}")
 
 
 def main() -> int:
@@ -120,6 +126,8 @@ def main() -> int:
     ap.add_argument("--max-allreduce", type=int, default=1 << 20,
                     help="largest allreduce size")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per launch")
+    ap.add_argument("--thread-level", choices=["single", "funneled", "serialized", "multiple"],
+                    default=None, help="run both sides at this MPI thread level")
     args = ap.parse_args()
     if args.rounds < 1:
         ap.error(f"--rounds {args.rounds}: at least one round is needed; pass --rounds 1+")
@@ -128,10 +136,10 @@ def main() -> int:
     except native.NativeBuildError as exc:
         print(f"[bench] {exc}", file=sys.stderr)
         return 1
-    print(describe())
+    print(describe(args.thread_level))
     start = time.perf_counter()
     results = measure(binary, parts(args.max_latency, args.max_allreduce), args.rounds,
-                      args.timeout)
+                      args.timeout, args.thread_level)
     verdicts = []
     for name, (nat, py) in results.items():
         pairs = compare.pair_up(compare.medians(nat), compare.medians(py))

@@ -18,7 +18,11 @@
  * columns, values right-aligned in 20), which neoxlab.omb.report.parse_table reads.
  *
  *   mpiexec -n 2 omb_native latency|allreduce [-m [MIN:]MAX] [-i ITERS] [-x WARMUP] [-f]
- *                                             [-p DIGITS]
+ *                                             [-p DIGITS] [-t THREAD_LEVEL]
+ *
+ * -p: decimals (OSU prints 2). -t single|funneled|serialized|multiple: the thread level
+ * asked of MPI_Init_thread (default single, as OSU's MPI_Init); mpi4py asks for multiple
+ * unless told otherwise, which costs MPICH time per call, so comparisons set it alike.
  *
  * Exit codes: 0 ok, 2 bad options (message on rank 0's stderr).
  */
@@ -37,6 +41,7 @@ struct options {
     long min_size, max_size;
     long iterations, warmup; /* -1: the defaults for each size */
     int full, digits;
+    int thread_level;
 };
 
 static int rank, nranks;
@@ -75,10 +80,42 @@ static int parse_sizes(const char *text, struct options *o)
     return colon[1] == '\0' || parse_long(colon + 1, &o->max_size);
 }
 
+static const char *LEVELS[] = {"single", "funneled", "serialized", "multiple"};
+
+/* MPI_THREAD_* for a level name, or -1. */
+static int thread_level(const char *name)
+{
+    const int values[] = {MPI_THREAD_SINGLE, MPI_THREAD_FUNNELED, MPI_THREAD_SERIALIZED,
+                          MPI_THREAD_MULTIPLE};
+    for (int k = 0; k < 4; k++)
+        if (strcmp(name, LEVELS[k]) == 0)
+            return values[k];
+    return -1;
+}
+
+static const char *level_name(int level)
+{
+    switch (level) {
+    case MPI_THREAD_FUNNELED: return LEVELS[1];
+    case MPI_THREAD_SERIALIZED: return LEVELS[2];
+    case MPI_THREAD_MULTIPLE: return LEVELS[3];
+    default: return LEVELS[0];
+    }
+}
+
+/* The -t level, read before MPI starts (a bad name is reported after, by rank 0 only). */
+static int requested_level(int argc, char **argv)
+{
+    for (int a = 2; a + 1 < argc; a++)
+        if (strcmp(argv[a], "-t") == 0 && thread_level(argv[a + 1]) >= 0)
+            return thread_level(argv[a + 1]);
+    return MPI_THREAD_SINGLE;
+}
+
 static int parse_options(int argc, char **argv, struct options *o)
 {
     const char *usage = "usage: omb_native latency|allreduce [-m [MIN:]MAX] [-i ITERS] "
-                        "[-x WARMUP] [-f] [-p DIGITS]";
+                        "[-x WARMUP] [-f] [-p DIGITS] [-t THREAD_LEVEL]";
     if (argc < 2)
         return fail("no benchmark given", usage);
     if (strcmp(argv[1], "latency") == 0)
@@ -108,6 +145,9 @@ static int parse_options(int argc, char **argv, struct options *o)
             o->iterations = num;
         } else if (strcmp(arg, "-x") == 0 && parse_long(val, &num) && num >= 0) {
             o->warmup = num;
+        } else if (strcmp(arg, "-t") == 0) {
+            if (thread_level(val) < 0)
+                return fail("-t takes single, funneled, serialized or multiple", usage);
         } else if (strcmp(arg, "-p") == 0 && parse_long(val, &num) && num >= 0 && num <= 9) {
             o->digits = (int)num;
         } else {
@@ -200,7 +240,7 @@ static void print_header(const struct options *o)
     squeeze(lib);
     printf("# neoxlab native (C) MPI %s Test, OSU conventions\n",
            o->allreduce ? "Allreduce Latency" : "Latency");
-    printf("# %d ranks, %s\n", nranks, lib);
+    printf("# %d ranks, thread level %s, %s\n", nranks, level_name(o->thread_level), lib);
     printf("# Datatype: %s.\n", o->allreduce ? "MPI_FLOAT" : "MPI_CHAR");
     printf("%-*s%*s", SIZE_WIDTH, "# Size", FIELD_WIDTH, "Avg Latency(us)");
     if (o->full)
@@ -231,7 +271,7 @@ static void report(const struct options *o, long size, long iters, double us, in
 int main(int argc, char **argv)
 {
     struct options o;
-    MPI_Init(&argc, &argv);
+    MPI_Init_thread(&argc, &argv, requested_level(argc, argv), &o.thread_level);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
     int err = parse_options(argc, argv, &o);

@@ -46,8 +46,10 @@ def test_latency_and_allreduce_tables_parse(binary):
         assert r["Iterations"] == 50
         assert 0 < r["Min Latency(us)"] <= r["Avg Latency(us)"] <= r["Max Latency(us)"]
 
-    proc = run(binary, 2, "allreduce", "-m", "4:16", "-i", "20", "-x", "2", "-p", "4")
+    proc = run(binary, 2, "allreduce", "-m", "4:16", "-i", "20", "-x", "2", "-p", "4",
+               "-t", "multiple")
     assert proc.returncode == 0, proc.stderr
+    assert "thread level multiple" in proc.stdout  # the level MPI provided, as asked
     rows = parse_table(proc.stdout)
     assert list(rows[0]) == ["Size", "Avg Latency(us)"]
     assert [r["Size"] for r in rows] == [4, 8, 16]
@@ -62,6 +64,7 @@ def test_latency_and_allreduce_tables_parse(binary):
     (2, ["allreduce", "-m", "2:8"], "at least one float"),
     (2, ["bcast"], "unknown benchmark"),
     (2, ["latency", "-m", "3:8"], "not a power of two"),
+    (2, ["latency", "-t", "many"], "-t takes single"),
 ])
 def test_bad_options_exit_2_once(binary, ranks, args, message):
     proc = run(binary, ranks, *args)
