@@ -8,9 +8,10 @@ data) plainly and with each --specs compressor (neoxlab.omb.compressed: encode, 
 the encoded buffers, decode all, sum), size by size, the variants interleaved so each size
 sees the same machine load. Reported per backend and size: plain us, compressed us, their
 ratio, the compression ratio, and the crossover size from which compression wins (or none).
-Then the compressors' throughput, measured in the same run on every rank at once (one
-thread each, as in the collective), the plain allreduce's bus bandwidth, and the link
-bandwidth below which each compressor would pay (neoxlab.omb.compare.break_even_GBps).
+Then the compressors' encode/decode throughput, measured at each size between its
+collectives on every rank at once (one thread each, as in the collective), the plain
+allreduce's bus bandwidth, and the link bandwidth below which each compressor would pay
+(neoxlab.omb.compare.break_even_GBps, from the median throughputs).
 Large allocations use transparent huge pages (THP_MEM_ALLOC_ENABLE=1), for both arms.
 """
 
@@ -35,7 +36,7 @@ def iterations(size: int) -> int:
 
 # ---------------------------------------------------------------- per rank (under mpiexec)
 
-def throughput(specs: list[str], probe_bytes: int, repeats: int = 3) -> dict[str, dict]:
+def throughput(specs: list[str], probe_bytes: int) -> dict[str, dict]:
     """Encode/decode GB/s (input bytes) per compressor, all ranks at once; mean over ranks."""
     import torch
     from mpi4py import MPI
@@ -47,6 +48,8 @@ def throughput(specs: list[str], probe_bytes: int, repeats: int = 3) -> dict[str
     comm = MPI.COMM_WORLD
     pat = Patterns(DTYPES["float"], comm.size, reduction=True, smooth=True)
     x = torch.from_numpy(pat.data(probe_bytes // 4, comm.rank, 0))
+
+    repeats = 3 if probe_bytes <= 8 * MIB else 2
 
     def best(fn) -> float:
         times = []
@@ -78,19 +81,16 @@ def worker(args: argparse.Namespace) -> int:
     comm = MPI.COMM_WORLD
     if "torch" in args.backends:
         init_torch_distributed(comm, "gloo")  # once; every torch-backend run reuses it
-    sizes = [s * MIB for s in mib_sizes(args.min_mib, args.max_mib)]
-    rows = []
-    for backend in args.backends:
-        for size in sizes:
-            for spec in [None, *args.specs]:
-                opts = OmbOptions(benchmark="allreduce", buffer="torch", backend=backend,
-                                  min_size=size, max_size=size, iterations=iterations(size),
-                                  warmup=1, compress=spec)
-                row = run_benchmark(opts, comm)[0]
-                rows.append({"backend": backend, "spec": spec, "size": size,
-                             "us": row.avg_us, "busbw": row.busbw_GBps,
-                             "ratio": row.compression_ratio})
-    rates = throughput(args.specs, args.probe_mib * MIB)
+    rows, rates = [], {}
+    for size in (s * MIB for s in mib_sizes(args.min_mib, args.max_mib)):
+        rates[size] = throughput(args.specs, size)  # between the collectives, same load
+        for backend, spec in ((b, c) for b in args.backends for c in [None, *args.specs]):
+            opts = OmbOptions(benchmark="allreduce", buffer="torch", backend=backend,
+                              min_size=size, max_size=size, iterations=iterations(size),
+                              warmup=1, compress=spec)
+            row = run_benchmark(opts, comm)[0]
+            rows.append({"backend": backend, "spec": spec, "size": size, "us": row.avg_us,
+                         "busbw": row.busbw_GBps, "ratio": row.compression_ratio})
     if comm.rank == 0:
         print(json.dumps({"rows": rows, "throughput": rates, "ranks": comm.size}))
     return 0
@@ -106,17 +106,18 @@ def mib_sizes(lo: int, hi: int) -> list[int]:
     return out
 
 
-def report(doc: dict, specs: list[str], backends: list[str]) -> list[str]:
-    from neoxlab.omb.compare import break_even_GBps, crossover
+LABEL = {"mpi": "MPI (mpi4py)", "torch": "gloo (torch.distributed)"}
 
-    n, rates, lines = doc["ranks"], doc["throughput"], []
-    label = {"mpi": "MPI (mpi4py)", "torch": "gloo (torch.distributed)"}
-    busbw = {}
+
+def report_times(doc: dict, specs: list[str], backends: list[str]) -> list[str]:
+    """Per backend and compressor: plain vs compressed us per size, and the crossover."""
+    from neoxlab.omb.compare import crossover
+
+    lines = []
     for be in backends:
         rows = [r for r in doc["rows"] if r["backend"] == be]
         plain = {r["size"]: r["us"] for r in rows if r["spec"] is None}
-        busbw[be] = max(r["busbw"] for r in rows if r["spec"] is None)
-        lines.append(f"== allreduce on {label[be]}, {n} ranks, fp32 smooth data")
+        lines.append(f"== allreduce on {LABEL[be]}, {doc['ranks']} ranks, fp32 smooth data")
         for spec in specs:
             comp = {r["size"]: r for r in rows if r["spec"] == spec}
             lines.append(f"{'# Size':<10}{'plain us':>12}{spec + ' us':>18}{'x plain':>9}"
@@ -130,26 +131,38 @@ def report(doc: dict, specs: list[str], backends: list[str]) -> list[str]:
                 f"compression pays from {cross // MIB} MiB up" if cross else
                 f"none in {min(plain) // MIB}-{max(plain) // MIB} MiB: compressed is never "
                 "faster here"))
-    lines.append(f"# compressor throughput ({doc['probe_mib']} MiB fp32 smooth data, "
-                 f"{n} ranks at once, 1 thread each; GB/s of uncompressed input)")
-    lines.append(f"clone (memcpy baseline) {rates['clone']['encode']:.2f} GB/s")
-    for spec in specs:
-        r = rates[spec]
-        lines.append(f"{spec}: encode {r['encode']:.3f} GB/s, decode {r['decode']:.3f} "
-                     f"GB/s, ratio {r['ratio']:.2f}")
+    return lines
+
+
+def report_throughput(doc: dict, specs: list[str], backends: list[str]) -> list[str]:
+    """Compressor GB/s per size, plain bus bandwidth, and the break-even link bandwidth."""
+    from neoxlab.omb.compare import break_even_GBps
+
+    n, rates = doc["ranks"], doc["throughput"]
+    lines = [f"# compressor throughput, GB/s of uncompressed input, measured at each size "
+             f"between its collectives ({n} ranks at once, 1 thread each)",
+             f"{'# Size':<10}{'clone':>8}" + "".join(f"{s + ' enc / dec':>26}" for s in specs)]
+    for size, r in sorted((int(k), v) for k, v in rates.items()):
+        lines.append(f"{f'{size // MIB} MiB':<10}{r['clone']['encode']:>8.2f}" + "".join(
+            f"{r[s]['encode']:>17.3f} / {r[s]['decode']:<6.3f}" for s in specs))
+    busbw = {be: max(r["busbw"] for r in doc["rows"] if r["backend"] == be
+                     and r["spec"] is None) for be in backends}
     lines.append("plain allreduce bus bandwidth (best size): " + ", ".join(
         f"{be} {busbw[be]:.2f} GB/s" for be in backends))
     for spec in specs:
-        r = rates[spec]
+        r = {m: statistics.median(v[spec][m] for v in rates.values())
+             for m in ("encode", "decode", "ratio")}
         b = break_even_GBps(n, r["ratio"], r["encode"], r["decode"])
+        head = (f"{spec} (median encode {r['encode']:.3f}, decode {r['decode']:.3f} GB/s, "
+                f"ratio {r['ratio']:.2f})")
         if b is None:
-            lines.append(f"{spec}: never pays at {n} ranks: ratio {r['ratio']:.2f} <= n/2, so "
-                         "the all-gather of compressed copies moves no fewer bytes than a ring")
+            lines.append(f"{head}: never pays at {n} ranks: ratio <= n/2, so the all-gather "
+                         "of compressed copies moves no fewer bytes than a ring allreduce")
             continue
         here = ", ".join(f"{be} {busbw[be] / b:.1f}x" for be in backends)
         word = "so it cannot pay here" if all(busbw[be] > b for be in backends) else \
-            "so by this model it can pay where the loopback is slower than that"
-        lines.append(f"{spec}: pays only on links below {b:.3f} GB/s per rank (encode + {n} "
+            "so by this model it could pay here; the measured crossover above decides"
+        lines.append(f"{head}: pays only on links below {b:.3f} GB/s per rank (encode + {n} "
                      f"decodes must cost less than the wire time saved); this machine's "
                      f"loopback bus bandwidth is {here} that, {word}")
     return lines
@@ -162,7 +175,6 @@ def main() -> int:
     ap.add_argument("--backends", nargs="+", default=["mpi", "torch"], choices=["mpi", "torch"])
     ap.add_argument("--min-mib", type=int, default=1)
     ap.add_argument("--max-mib", type=int, default=64)
-    ap.add_argument("--probe-mib", type=int, default=16, help="throughput probe size")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds for the whole run")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -174,8 +186,7 @@ def main() -> int:
 
     cmd = [mpiexec_path(), "-n", str(args.ranks), sys.executable, str(Path(__file__).resolve()),
            "--worker", "--specs", *args.specs, "--backends", *args.backends,
-           "--min-mib", str(args.min_mib), "--max-mib", str(args.max_mib),
-           "--probe-mib", str(args.probe_mib)]
+           "--min-mib", str(args.min_mib), "--max-mib", str(args.max_mib)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "THP_MEM_ALLOC_ENABLE": "1"}
     load = " ".join(f"{v:.1f}" for v in os.getloadavg())
     print(f"# {args.ranks} ranks on {os.cpu_count()} cores, load average {load}; "
@@ -187,8 +198,8 @@ def main() -> int:
               file=sys.stderr)
         return 1
     doc = json.loads(proc.stdout.strip().splitlines()[-1])
-    doc["probe_mib"] = args.probe_mib
-    print("\n".join(report(doc, args.specs, args.backends)))
+    print("\n".join(report_times(doc, args.specs, args.backends)
+                    + report_throughput(doc, args.specs, args.backends)))
     print(f"# {time.perf_counter() - start:.0f} s")
     return 0
 
