@@ -6,8 +6,10 @@ Why: compression pays only where the bytes it saves take longer to move than enc
 decoding them. Every rank runs neoxlab.omb's allreduce (torch CPU buffers, fp32, smooth
 data) plainly and with each --specs compressor (neoxlab.omb.compressed: encode, all-gather
 the encoded buffers, decode all, sum), size by size, the variants interleaved so each size
-sees the same machine load. Reported per backend and size: plain us, compressed us, their
-ratio, the compression ratio, and the crossover size from which compression wins (or none).
+sees the same machine load, --rounds times per size (medians reported, so that one burst
+from a neighbour cannot decide a crossover). Reported per backend and size: plain us,
+compressed us, their ratio, the compression ratio, and the crossover size from which
+compression wins (or none).
 Then the compressors' encode/decode throughput, measured at each size between its
 collectives on every rank at once (one thread each, as in the collective), the plain
 allreduce's bus bandwidth, and the link bandwidth below which each compressor would pay
@@ -81,16 +83,19 @@ def worker(args: argparse.Namespace) -> int:
     comm = MPI.COMM_WORLD
     if "torch" in args.backends:
         init_torch_distributed(comm, "gloo")  # once; every torch-backend run reuses it
-    rows, rates = [], {}
+    rows, rates = [], []
     for size in (s * MIB for s in mib_sizes(args.min_mib, args.max_mib)):
-        rates[size] = throughput(args.specs, size)  # between the collectives, same load
-        for backend, spec in ((b, c) for b in args.backends for c in [None, *args.specs]):
-            opts = OmbOptions(benchmark="allreduce", buffer="torch", backend=backend,
-                              min_size=size, max_size=size, iterations=iterations(size),
-                              warmup=1, compress=spec)
-            row = run_benchmark(opts, comm)[0]
-            rows.append({"backend": backend, "spec": spec, "size": size, "us": row.avg_us,
-                         "busbw": row.busbw_GBps, "ratio": row.compression_ratio})
+        for _ in range(args.rounds):
+            # between the collectives of this size, so both see the same machine load
+            rates.append({"size": size, **throughput(args.specs, size)})
+            for backend, spec in ((b, c) for b in args.backends for c in [None, *args.specs]):
+                opts = OmbOptions(benchmark="allreduce", buffer="torch", backend=backend,
+                                  min_size=size, max_size=size, iterations=iterations(size),
+                                  warmup=1, compress=spec)
+                row = run_benchmark(opts, comm)[0]
+                rows.append({"backend": backend, "spec": spec, "size": size,
+                             "us": row.avg_us, "busbw": row.busbw_GBps,
+                             "ratio": row.compression_ratio})
     if comm.rank == 0:
         print(json.dumps({"rows": rows, "throughput": rates, "ranks": comm.size}))
     return 0
@@ -104,6 +109,24 @@ def mib_sizes(lo: int, hi: int) -> list[int]:
         out.append(s)
         s *= 2
     return out
+
+
+def summarize(doc: dict) -> dict:
+    """Medians over the rounds: one row per (backend, spec, size), one rate set per size."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in doc["rows"]:
+        groups.setdefault((r["backend"], r["spec"], r["size"]), []).append(r)
+    rows = [{"backend": be, "spec": spec, "size": size,
+             **{k: statistics.median(r[k] for r in rs) if rs[0][k] is not None else None
+                for k in ("us", "busbw", "ratio")}}
+            for (be, spec, size), rs in groups.items()]
+    by_size: dict[int, list[dict]] = {}
+    for r in doc["throughput"]:
+        by_size.setdefault(r["size"], []).append(r)
+    rates = {size: {name: {m: statistics.median(r[name][m] for r in rs) for m in rs[0][name]}
+                    for name in rs[0] if name != "size"}
+             for size, rs in by_size.items()}
+    return {"ranks": doc["ranks"], "rows": rows, "throughput": rates}
 
 
 LABEL = {"mpi": "MPI (mpi4py)", "torch": "gloo (torch.distributed)"}
@@ -173,6 +196,7 @@ def main() -> int:
     ap.add_argument("--ranks", type=int, default=2, help="2 or 4 (the machine has 2 cores)")
     ap.add_argument("--specs", nargs="+", default=DEFAULT_SPECS, help="compressor specs")
     ap.add_argument("--backends", nargs="+", default=["mpi", "torch"], choices=["mpi", "torch"])
+    ap.add_argument("--rounds", type=int, default=3, help="rounds per size (median)")
     ap.add_argument("--min-mib", type=int, default=1)
     ap.add_argument("--max-mib", type=int, default=64)
     ap.add_argument("--timeout", type=float, default=1800, help="seconds for the whole run")
@@ -180,24 +204,27 @@ def main() -> int:
     args = ap.parse_args()
     if args.worker:
         return worker(args)
+    if args.rounds < 1:
+        ap.error(f"--rounds {args.rounds}: at least one round is needed; pass --rounds 1+")
     if args.ranks not in (2, 4):
         ap.error(f"--ranks {args.ranks}: this bench runs on 2 or 4 ranks; pass --ranks 2")
     from neoxlab.launch.local import mpiexec_path
 
     cmd = [mpiexec_path(), "-n", str(args.ranks), sys.executable, str(Path(__file__).resolve()),
            "--worker", "--specs", *args.specs, "--backends", *args.backends,
-           "--min-mib", str(args.min_mib), "--max-mib", str(args.max_mib)]
+           "--min-mib", str(args.min_mib), "--max-mib", str(args.max_mib),
+           "--rounds", str(args.rounds)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "THP_MEM_ALLOC_ENABLE": "1"}
     load = " ".join(f"{v:.1f}" for v in os.getloadavg())
     print(f"# {args.ranks} ranks on {os.cpu_count()} cores, load average {load}; "
-          f"specs {' '.join(args.specs)}")
+          f"specs {' '.join(args.specs)}; median of {args.rounds} rounds per size")
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
     if proc.returncode != 0:
         print(f"[bench] {' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr}",
               file=sys.stderr)
         return 1
-    doc = json.loads(proc.stdout.strip().splitlines()[-1])
+    doc = summarize(json.loads(proc.stdout.strip().splitlines()[-1]))
     print("\n".join(report_times(doc, args.specs, args.backends)
                     + report_throughput(doc, args.specs, args.backends)))
     print(f"# {time.perf_counter() - start:.0f} s")
