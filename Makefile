@@ -9,7 +9,7 @@ EXP ?= local_compare
 OVERRIDES := $(filter-out EXP=% RUN=% PYTHON=% TESTS=%,$(MAKEOVERRIDES))
 TESTS ?= tests
 
-.PHONY: help install run status collect figures test lint bench clean-venv
+.PHONY: help install run status collect figures test lint bench omb-compare clean-venv
 
 help: ## list targets and experiments
 	@echo "targets:"
@@ -49,6 +49,15 @@ lint: $(STAMP) ## ruff
 
 bench: $(STAMP) ## benchmarks that print side-by-side ratios
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+OMB_NATIVE := build/omb_native
+
+# rebuilt only when the C source changes (the mpich wheel's mpicc, see neoxlab/omb/native.py)
+$(OMB_NATIVE): bench/native/omb_native.c | $(STAMP)
+	$(PY) -m neoxlab.omb.native $< $@
+
+omb-compare: $(OMB_NATIVE) ## native C vs Python latency/allreduce on 2 ranks, overhead verdict
+	$(PY) bench/omb_compare.py --native $(OMB_NATIVE)
 
 clean-venv: ## remove the virtual environment
 	rm -rf $(VENV)

@@ -1,4 +1,5 @@
-"""Rows and their output: OSU-layout tables (so existing OSU parsers read them), CSV, JSON.
+"""Rows and their output: OSU-layout tables (so existing OSU parsers read them), CSV, JSON,
+and ``parse_table``, which reads OSU-layout tables back (ours, OSU's, the native reference's).
 
 Bandwidth conventions: OSU's MB/s for bw/bibw (MB = 10^6 B); nccl-tests' algbw = bytes /
 time and busbw = algbw x factor for collectives (GB = 10^9 B), with bytes the whole buffer a
@@ -10,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from dataclasses import asdict, dataclass
 
 from .options import DTYPES, OSU_VERSION, REDUCTIONS, OmbOptions
@@ -183,3 +185,46 @@ def format_rows(rows: list[Row], fmt: str, options: OmbOptions) -> str:
             "rows": [_record(r, options) for r in rows],
         }, indent=2)
     raise ValueError(f"format {fmt!r}: unknown output format; use table, csv or json")
+
+
+Cell = int | float | str | None
+
+
+def _cell(text: str) -> Cell:
+    if text == "-":
+        return None
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_table(text: str) -> list[dict[str, Cell]]:
+    """Data rows of an OSU-layout table as {column: value}; "-" cells are None.
+
+    The header is the last '#' line before the first data line; column names are split on
+    runs of two or more blanks (names such as "Avg Latency(us)" hold single blanks). Raises
+    ValueError when there is no header or a row's field count does not match it.
+    """
+    columns: list[str] | None = None
+    last_comment = None
+    rows: list[dict[str, Cell]] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        if line.startswith("#"):
+            last_comment = line
+            continue
+        if columns is None:
+            if last_comment is None:
+                raise ValueError(f"line {number}: data before any '# ...' header line; "
+                                 "an OSU table starts with its header")
+            columns = [c for c in re.split(r"\s{2,}", last_comment.lstrip("#").strip()) if c]
+        fields = line.split()
+        if len(fields) != len(columns):
+            raise ValueError(f"line {number}: {len(fields)} fields under {len(columns)} "
+                             f"columns {columns}: {line!r}")
+        rows.append({c: _cell(f) for c, f in zip(columns, fields, strict=True)})
+    return rows
