@@ -66,7 +66,9 @@ def test_bandwidth_table_is_osu_shaped():
     assert lines[0] == "# OSU MPI Bi-Directional Bandwidth Test v7.4"
     rows = [ln.split() for ln in lines if not ln.startswith("#")]
     assert [int(r[0]) for r in rows] == powers(1, 1024)
-    assert all(float(r[1]) > 0 and r[2] == "Pass" for r in rows)
+    # two decimals of MB/s: a 1 B message on a loaded machine can round to 0.00
+    assert all(float(r[1]) >= 0 and r[2] == "Pass" for r in rows)
+    assert float(rows[-1][1]) > 0
 
 
 # every collective, validated, then with one corrupted element, in one 4-rank launch
