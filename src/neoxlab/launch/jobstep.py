@@ -70,14 +70,22 @@ def requeue(cfg: Config, run_dir: Path) -> None:
             f"stopped at the time limit after {len(jobs)} jobs (launch.requeue="
             f"{cfg.launch.requeue}); continue with `make resume RUN={run_dir}`"))
         return
+    # "requeued" is recorded before submitting: the new job may start (and record its own
+    # state) before this one ends
+    left = cfg.launch.requeue - len(jobs)
+    rundir.set_status(run_dir, "requeued", requeue_left=left)
     scheduler = scheduler_module(cfg.cluster.scheduler)
-    job_id = scheduler.submit(run_dir / scheduler.SCRIPT_NAME)
+    try:
+        job_id = scheduler.submit(run_dir / scheduler.SCRIPT_NAME)
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        rundir.set_status(run_dir, "preempted", error=(
+            f"requeue failed: {exc}; continue with `make resume RUN={run_dir}`"))
+        return
     manifest.record(results, cfg.experiment, run_id=run_dir.name, run_dir=str(run_dir),
                     job_id=job_id, scheduler=cfg.cluster.scheduler, cluster=cfg.cluster.name,
                     requeue_of=jobs[-1]["job_id"] if jobs else None)
-    rundir.set_status(run_dir, "requeued", job_id=job_id,
-                      requeue_left=cfg.launch.requeue - len(jobs))
-    print(f"[neoxlab] requeued as job {job_id}", file=sys.stderr)
+    print(f"[neoxlab] requeued as job {job_id} ({left} requeue(s) left after it)",
+          file=sys.stderr)
 
 
 def main(argv: list[str]) -> int:
