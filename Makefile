@@ -9,7 +9,7 @@ EXP ?= local_compare
 OVERRIDES := $(filter-out EXP=% RUN=% PYTHON=% TESTS=%,$(MAKEOVERRIDES))
 TESTS ?= tests
 
-.PHONY: help install run collect figures test lint bench clean-venv
+.PHONY: help install run resume collect figures test lint bench clean-venv
 
 help: ## list targets and experiments
 	@echo "targets:"
@@ -28,6 +28,10 @@ install: $(STAMP) ## create .venv and install pinned dependencies (no-op when up
 
 run: $(STAMP) ## run experiment EXP (default local_compare) with Hydra overrides after it
 	$(PY) -m neoxlab experiment=$(EXP) $(OVERRIDES)
+
+resume: $(STAMP) ## continue a stopped local training run: make resume RUN=results/<exp>/<run_id>
+	@test -n "$(RUN)" || { echo "usage: make resume RUN=results/<experiment>/<run_id>" >&2; exit 2; }
+	$(PY) -m neoxlab.resume $(RUN)
 
 # EXP defaults to local_compare for `run`; collect/figures act on every experiment unless EXP is given.
 EXP_ARG := $(if $(filter command line,$(origin EXP)),--exp $(EXP))
