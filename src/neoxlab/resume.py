@@ -63,11 +63,12 @@ def check_resumable(run_dir: Path) -> Config:
         raise ConfigError(f"{run_dir} is still running (rank pids {alive}); wait for it to "
                           "end or stop it first")
     status = rundir.read_json(run_dir / "status.json")
-    done, _ = metrics_up_to(run_dir / "metrics.jsonl", cfg.train.steps)
-    if status.get("state") == "completed" or len(done) == cfg.train.steps:
+    if status.get("state") == "completed":  # a failure after the last step is not complete
+        done, _ = metrics_up_to(run_dir / "metrics.jsonl", cfg.train.steps)
         raise ConfigError(
-            f"{run_dir} already completed all {cfg.train.steps} steps; nothing to resume "
-            "(start a new run with make run, e.g. with a larger train.steps)"
+            f"{run_dir} already completed all {cfg.train.steps} steps ({len(done)} in "
+            "metrics.jsonl); nothing to resume (start a new run with make run, e.g. with a "
+            "larger train.steps)"
         )
     return cfg
 
