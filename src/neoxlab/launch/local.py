@@ -6,6 +6,7 @@ additionally kill the whole process group on exit, timeout or Ctrl-C so nothing 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -78,6 +79,22 @@ def _wait(proc: subprocess.Popen, watch: RankWatch, deadline: float) -> int | No
     return None
 
 
+@contextlib.contextmanager
+def forward_stop_signals(proc: subprocess.Popen):
+    """SIGUSR1/SIGTERM to the launcher go to mpiexec, which hands them to every rank: they
+    checkpoint and stop (exit 85) instead of dying with the launcher."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, lambda signum, _: proc.send_signal(signum))
+                for sig in (signal.SIGUSR1, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def clear_rank_markers(run_dir: Path) -> None:
     """Pid, done and error files of an earlier attempt would mislead the watch and diagnosis."""
     logs = run_dir / "logs"
@@ -104,7 +121,8 @@ def launch(cfg: Config, run_dir: Path, module: str = "neoxlab.train") -> int:
     reason = None
     watch = RankWatch(run_dir, world_size(cfg))
     try:
-        code = _wait(proc, watch, started + cfg.launch.timeout_s)
+        with forward_stop_signals(proc):
+            code = _wait(proc, watch, started + cfg.launch.timeout_s)
         if code is None:
             reason = f"timed out after launch.timeout_s={cfg.launch.timeout_s} s"
             _kill_group(proc)

@@ -154,6 +154,9 @@ def prepare(cfg: Config, run_dir: Path, rank: int, terminal: TextIO | None):
     windows = TokenWindows(cfg.data, cfg.model.seq_length)
     dp_rank = topology.get_coord(rank).data
     reporter = StepReporter(cfg, run_dir, terminal, resumed.step) if rank == 0 else None
+    if reporter is not None and reporter.dropped:
+        print(f"[neoxlab] metrics.jsonl: dropped {reporter.dropped} line(s) after step "
+              f"{resumed.step} from an earlier attempt; those steps run again", flush=True)
     runner = StepRunner(cfg, layout, engine, windows, dp_rank, reporter, patch, resumed)
     return runner, patch, layout
 
