@@ -177,11 +177,11 @@ def announce_resume(run_dir: Path, resumed: Resumed, terminal: TextIO | None) ->
 
 
 def train(cfg: Config, run_dir: Path, rank: int, terminal: TextIO | None) -> None:
-    runner, patch, layout = prepare(cfg, run_dir, rank, terminal)
-    fresh = runner.resumed.step == 0  # testing aids fire only in a run's first life
-    t, launch = cfg.train, cfg.launch
-    stop = StopSignals().install()
+    stop = StopSignals().install()  # before set-up: a stop request then ends the first step
     try:
+        runner, patch, layout = prepare(cfg, run_dir, rank, terminal)
+        fresh = runner.resumed.step == 0  # testing aids fire only in attempts from step 0
+        t, launch = cfg.train, cfg.launch
         for step in range(runner.resumed.step + 1, t.steps + 1):
             if fresh and launch.fail_rank == rank and step == launch.fail_step:
                 raise InjectedFailure(f"injected failure on rank {rank} at step {step}")
