@@ -9,7 +9,7 @@ EXP ?= local_compare
 OVERRIDES := $(filter-out EXP=% RUN=% PYTHON=% TESTS=%,$(MAKEOVERRIDES))
 TESTS ?= tests
 
-.PHONY: help install run status collect figures test lint bench omb-compare clean-venv
+.PHONY: help install run resume status collect figures test lint bench omb-compare clean-venv
 
 help: ## list targets and experiments
 	@echo "targets:"
@@ -31,6 +31,10 @@ run: $(STAMP) ## run experiment EXP (default local_compare) with Hydra overrides
 
 status: $(STAMP) ## runs of EXP, their scheduler jobs and states (results/manifests/<exp>.jsonl)
 	$(PY) -m neoxlab.status $(EXP)
+
+resume: $(STAMP) ## continue a stopped local training run: make resume RUN=results/<exp>/<run_id>
+	@test -n "$(RUN)" || { echo "usage: make resume RUN=results/<experiment>/<run_id>" >&2; exit 2; }
+	$(PY) -m neoxlab.resume $(RUN)
 
 # EXP defaults to local_compare for `run`; collect/figures act on every experiment unless EXP is given.
 EXP_ARG := $(if $(filter command line,$(origin EXP)),--exp $(EXP))

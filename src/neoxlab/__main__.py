@@ -137,6 +137,8 @@ def report(run_dir: Path) -> None:
     line = f"[neoxlab] {status['state']}: {run_dir}"
     if status["state"] == "failed":
         line += f"\n[neoxlab] rank {status.get('failed_rank')}: {status.get('error')}"
+    if status["state"] in ("failed", "preempted") and (run_dir / "checkpoints").is_dir():
+        line += f"\n[neoxlab] continue it from its last checkpoint: make resume RUN={run_dir}"
     summary_path = run_dir / "summary.json"
     s = rundir.read_json(summary_path) if summary_path.exists() else {}
     if s.get("median_samples_per_s") is not None:

@@ -147,7 +147,7 @@ class TrainConfig:
     grad_clip: float = 1.0
     precision: str = "fp32"  # fp32 | fp16 | bf16
     metrics_warmup_steps: int = 2  # excluded from the medians in summary.json
-    checkpoint_every: int = 0  # steps between checkpoints; 0: none
+    checkpoint_every: int = 0  # steps between checkpoints; 0: none (SIGUSR1/SIGTERM still save)
     keep_checkpoints: int = 2  # newest complete checkpoints kept
 
 
@@ -175,8 +175,11 @@ class LaunchConfig:
     timeout_s: int = 3600
     master_port: int | None = None
     results_dir: str = "results"
-    fail_rank: int | None = None  # testing aid: this rank raises at fail_step
+    # Testing aids; they fire only in an attempt that starts from step 0 (not on resume).
+    fail_rank: int | None = None  # this rank raises at fail_step
     fail_step: int = 1
+    kill_during_checkpoint: int | None = None  # kill_rank SIGKILLs itself writing this step's
+    kill_rank: int = 0  # checkpoint (after DeepSpeed's files, halfway through its own)
     requeue: int = 0  # cluster jobs resubmit themselves up to this many times at walltime
     warn_before_s: int = 300  # the scheduler's pre-walltime signal: time left to checkpoint
 

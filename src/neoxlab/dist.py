@@ -52,6 +52,13 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def barrier() -> None:
+    """Every rank of the job reaches this point (control plane, outside torch.distributed)."""
+    from mpi4py import MPI
+
+    MPI.COMM_WORLD.Barrier()
+
+
 def abort_job(code: int = 1) -> None:
     """End every rank of the job now (a failing rank must not leave others hanging)."""
     try:

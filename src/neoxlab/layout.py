@@ -219,6 +219,9 @@ def validate(cfg: Config) -> list[str]:
     elif cfg.data.source not in ("stdlib", "file"):
         errors.append(f"data.source='{cfg.data.source}' is not one of ['stdlib', 'file']")
     from neoxlab.comm.policy import validate_compression
+    from neoxlab.train.checkpoints import validate_checkpointing
+
+    errors += validate_checkpointing(cfg, world)
 
     errors += validate_compression(cfg)
     if cfg.task.name == "microbench":

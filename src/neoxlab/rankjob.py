@@ -18,6 +18,16 @@ from neoxlab import dist, rundir
 from neoxlab.config import Config
 
 RankBody = Callable[[Config, dist.RankInfo, "TextIO | None"], None]
+PREEMPTED_EXIT = 85  # the job stopped on request after saving a checkpoint: requeue it
+
+
+class Preempted(Exception):  # noqa: N818 - an outcome, not an error
+    """Raised by every rank's body together (they agreed on it) once a checkpoint is saved,
+    to end the job now and have it started again; `fields` go into status.json."""
+
+    def __init__(self, reason: str, **fields):
+        super().__init__(reason)
+        self.fields = fields
 
 
 def redirect_output(run_dir: Path, rank: int) -> TextIO:
@@ -48,17 +58,29 @@ def run_rank(run_dir: Path, body: RankBody) -> int:
     info = dist.discover(cfg.launch.master_port)
     terminal = redirect_output(run_dir, info.rank)
     logs = run_dir / "logs"
+    for stale in (f"rank{info.rank}.done", f"rank{info.rank}.error.json"):  # earlier attempt's
+        (logs / stale).unlink(missing_ok=True)
     rundir.write_atomic(logs / f"rank{info.rank}.pid", str(os.getpid()))
     try:
         if info.rank == 0:
+            rundir.begin_attempt(run_dir)
             rundir.set_status(run_dir, "running", world_size=info.world_size)
         body(cfg, info, terminal if info.rank == 0 else None)
+    except Preempted as stop:
+        rundir.write_atomic(logs / f"rank{info.rank}.done", "")
+        if info.rank == 0:
+            rundir.set_status(run_dir, "preempted", exit_code=PREEMPTED_EXIT, **stop.fields)
+            rundir.end_attempt(run_dir, PREEMPTED_EXIT, f"preempted: {stop}")
+        dist.barrier()  # no rank exits (and gets the others killed) before status is written
+        return PREEMPTED_EXIT
     except BaseException as exc:  # noqa: BLE001 - any failure must end the whole job
         record_failure(run_dir, info.rank, exc)
         error = f"{type(exc).__name__}: {exc}"
         rundir.set_status(run_dir, "failed", failed_rank=info.rank, error=error)
+        rundir.end_attempt(run_dir, 1, f"rank {info.rank}: {error}")
         dist.abort_job(1)
     rundir.write_atomic(logs / f"rank{info.rank}.done", "")
     if info.rank == 0:
         rundir.set_status(run_dir, "completed", exit_code=0)
+        rundir.end_attempt(run_dir, 0, "completed")
     return 0

@@ -112,9 +112,59 @@ def set_status(run_dir: Path, state: str, **fields: Any) -> dict[str, Any]:
     status = read_json(path) if path.exists() else {}
     status.update(fields)
     status["state"] = state
-    status[f"{state}_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    status[f"{state}_at"] = _now()
     write_json(path, status)
     return status
+
+
+# Keys describing how the previous attempt ended; a new attempt starts without them (each
+# attempt keeps its own outcome in status["attempts"]).
+_OUTCOME_KEYS = ("failed_rank", "error", "exit_code", "elapsed_s", "preempted_step", "signal")
+UNRECORDED_END = "ended without recording its end (killed, or its node was lost)"
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def begin_attempt(run_dir: Path, **fields: Any) -> dict[str, Any]:
+    """Append an attempt {start, end, exit, reason} to status.json and set state running.
+
+    An earlier attempt still open was ended by something that could not record it (SIGKILL,
+    a lost node, a scheduler requeue without our launcher); it is closed as such."""
+    path = run_dir / "status.json"
+    status = read_json(path) if path.exists() else {}
+    attempts = status.setdefault("attempts", [])
+    if attempts and attempts[-1].get("end") is None:
+        attempts[-1].update(end=_now(), exit=None, reason=UNRECORDED_END)
+    attempts.append({"start": _now(), "end": None, "exit": None, "reason": None, **fields})
+    for key in _OUTCOME_KEYS:
+        status.pop(key, None)
+    status["state"] = "running"
+    status["running_at"] = attempts[-1]["start"]
+    write_json(path, status)
+    return status
+
+
+def update_attempt(run_dir: Path, **fields: Any) -> None:
+    """Add facts to the current attempt (e.g. the step it resumed from)."""
+    path = run_dir / "status.json"
+    status = read_json(path)
+    if status.get("attempts"):
+        status["attempts"][-1].update(fields)
+        write_json(path, status)
+
+
+def end_attempt(run_dir: Path, exit_code: int | None, reason: str, overwrite: bool = False
+                ) -> None:
+    """Close the current attempt; one already closed keeps its record unless overwrite."""
+    path = run_dir / "status.json"
+    status = read_json(path) if path.exists() else {}
+    attempts = status.get("attempts")
+    if not attempts or (attempts[-1].get("end") is not None and not overwrite):
+        return
+    attempts[-1].update(end=attempts[-1].get("end") or _now(), exit=exit_code, reason=reason)
+    write_json(path, status)
 
 
 def load_config(run_dir: Path) -> Config:

@@ -47,8 +47,27 @@ class CompressionPatch:
         self.allreduce = allreduce
         self.accountant = Accountant()
         self.raw = SimpleNamespace()
+        # Error-feedback residuals by gradient bucket: (order among this step's error-feedback
+        # all-reduces, numel). Not by address: DeepSpeed reduces each step's buckets from
+        # freshly allocated buffers, so an address never comes back (and a reused one may
+        # belong to another bucket); the order of the buckets within a step is fixed.
         self.residuals: dict[tuple[int, int], torch.Tensor] = {}
+        self._bucket = 0  # error-feedback all-reduces so far in this step
         self.installed: list[tuple[object, str, object]] = []
+
+    # ---- training-loop hooks and checkpoint state ----------------------------------------
+    def begin_step(self) -> None:
+        """Called by the training loop before each step: bucket numbering starts over."""
+        self._bucket = 0
+
+    def state_dict(self) -> dict:
+        """What a checkpoint must keep for training to continue bit for bit."""
+        return {"residuals": {key: r.detach().cpu().clone() for key, r in self.residuals.items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Residuals come back on the CPU; each moves to its bucket's device at first use."""
+        self.residuals = {tuple(key): r for key, r in state["residuals"].items()}
+        self._bucket = 0
 
     # ---- installation -------------------------------------------------------------------
     def install(self) -> CompressionPatch:
@@ -133,10 +152,13 @@ class CompressionPatch:
         x, group = a["tensor"], a["group"]
         residual = None
         if policy.error_feedback:
-            key = (x.data_ptr(), x.numel())
+            key = (self._bucket, x.numel())
+            self._bucket += 1
             residual = self.residuals.get(key)
-            if residual is None or residual.shape != x.shape:
+            if residual is None or residual.shape != x.shape or residual.dtype != x.dtype:
                 residual = self.residuals[key] = torch.zeros_like(x)
+            elif residual.device != x.device:
+                residual = self.residuals[key] = residual.to(x.device)
             x = x + residual
         algorithm = self.allreduce
         if algorithm == "auto":

@@ -6,6 +6,7 @@ additionally kill the whole process group on exit, timeout or Ctrl-C so nothing 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -20,6 +21,7 @@ from neoxlab.config import Config
 from neoxlab.launch.failure import RankWatch, diagnose
 from neoxlab.launch.ranks import rank_command, rank_env
 from neoxlab.layout import world_size
+from neoxlab.rankjob import PREEMPTED_EXIT
 
 GRACE_S = 10
 POLL_S = 0.2
@@ -75,9 +77,35 @@ def _wait(proc: subprocess.Popen, watch: RankWatch, deadline: float) -> int | No
     return None
 
 
+@contextlib.contextmanager
+def forward_stop_signals(proc: subprocess.Popen):
+    """SIGUSR1/SIGTERM to the launcher go to mpiexec, which hands them to every rank: they
+    checkpoint and stop (exit 85) instead of dying with the launcher."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, lambda signum, _: proc.send_signal(signum))
+                for sig in (signal.SIGUSR1, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def clear_rank_markers(run_dir: Path) -> None:
+    """Pid, done and error files of an earlier attempt would mislead the watch and diagnosis."""
+    logs = run_dir / "logs"
+    for pattern in ("rank*.pid", "rank*.done", "rank*.error.json"):
+        for path in logs.glob(pattern):
+            path.unlink(missing_ok=True)
+
+
 def launch(cfg: Config, run_dir: Path) -> int:
-    """Run the job to its end; status.json ends completed or failed (with rank and error)."""
+    """Run the job to its end; status.json ends completed, preempted (exit 85, checkpoint
+    saved on SIGUSR1/SIGTERM) or failed (with rank and error)."""
     cmd = mpiexec_command(cfg, run_dir)
+    clear_rank_markers(run_dir)
     captured: list[str] = []
     log = (run_dir / "logs" / "launcher.log").open("a")
     log.write(" ".join(cmd) + "\n")
@@ -91,7 +119,8 @@ def launch(cfg: Config, run_dir: Path) -> int:
     reason = None
     watch = RankWatch(run_dir, world_size(cfg))
     try:
-        code = _wait(proc, watch, started + cfg.launch.timeout_s)
+        with forward_stop_signals(proc):
+            code = _wait(proc, watch, started + cfg.launch.timeout_s)
         if code is None:
             reason = f"timed out after launch.timeout_s={cfg.launch.timeout_s} s"
             _kill_group(proc)
@@ -109,15 +138,21 @@ def launch(cfg: Config, run_dir: Path) -> int:
         pump.join(timeout=5)
         log.close()
     elapsed = round(time.time() - started, 3)
+    state = rundir.read_json(run_dir / "status.json").get("state")
     if code == 0 and reason is None:
-        status = rundir.read_json(run_dir / "status.json")
-        if status.get("state") != "completed":
+        if state != "completed":
             rundir.set_status(run_dir, "completed", exit_code=0, elapsed_s=elapsed)
         else:
             rundir.set_status(run_dir, "completed", elapsed_s=elapsed)
+        rundir.end_attempt(run_dir, 0, "completed")
         return 0
+    if code == PREEMPTED_EXIT and reason is None and state == "preempted":
+        rundir.set_status(run_dir, "preempted", elapsed_s=elapsed)
+        return code
     fields = diagnose(run_dir, "".join(captured), code, watch.first_dead)
     if reason is not None:
         fields["error"] = f"{reason}; {fields['error']}"
     rundir.set_status(run_dir, "failed", exit_code=code or 1, elapsed_s=elapsed, **fields)
+    failed = f"rank {fields['failed_rank']}: {fields['error']}"
+    rundir.end_attempt(run_dir, code or 1, failed, overwrite=True)  # the launcher knows best
     return code or 1

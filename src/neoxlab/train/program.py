@@ -1,4 +1,7 @@
-"""What every training rank runs: init distributed -> build engine -> train -> report.
+"""What every training rank runs: init distributed -> build engine -> resume -> train -> report.
+
+A run dir with a usable checkpoint resumes from it, whoever starts the ranks (make resume,
+or a cluster job script rerunning `python -m neoxlab.train <run_dir>` after a requeue).
 
 The frame around it (logs, markers, status, failure handling) is neoxlab.rankjob.
 """
@@ -17,7 +20,10 @@ from neoxlab.comm.install import install_for_run
 from neoxlab.comm.report import format_totals, merge, write_rank_rows
 from neoxlab.config import Config
 from neoxlab.layout import Layout, padded_vocab_size, resolve_layout
-from neoxlab.rankjob import run_rank
+from neoxlab.rankjob import Preempted, run_rank
+from neoxlab.train import checkpoint_io
+from neoxlab.train.checkpoint_io import Resumed
+from neoxlab.train.preemption import StopSignals, signal_name
 
 
 class InjectedFailure(RuntimeError):
@@ -64,9 +70,12 @@ class StepRunner:
     (not a copy) against a bare train_batch on the same engine.
     """
 
-    def __init__(self, cfg: Config, layout: Layout, engine, windows, dp_rank: int, reporter):
+    def __init__(self, cfg: Config, layout: Layout, engine, windows, dp_rank: int, reporter,
+                 patch=None, resumed: Resumed | None = None):
         self.cfg, self.layout, self.engine = cfg, layout, engine
         self.windows, self.dp_rank, self.reporter = windows, dp_rank, reporter
+        self.patch = patch
+        self.resumed = resumed or Resumed(0)
         vocab = padded_vocab_size(cfg.model, layout.tp)
         self.hardware_flops = metrics.flops_per_iteration(
             cfg.model, layout.global_batch, vocab, cfg.parallel.activation_checkpointing
@@ -74,7 +83,7 @@ class StepRunner:
         self.model_flops = metrics.flops_per_iteration(
             cfg.model, layout.global_batch, vocab, False
         )
-        self.records: list[dict[str, Any]] = []
+        self.records: list[dict[str, Any]] = list(reporter.earlier) if reporter else []
 
     def batches(self, step: int) -> Iterator:
         """This DP rank's micro-batches of 1-based training step `step`."""
@@ -89,6 +98,8 @@ class StepRunner:
     def step(self, step: int) -> dict[str, Any] | None:
         """Train one batch; on rank 0 build, report and keep its metrics record."""
         batches = self.batches(step)
+        if self.patch is not None:
+            self.patch.begin_step()
         start = time.perf_counter()
         loss = self.engine.train_batch(data_iter=batches)
         elapsed = time.perf_counter() - start
@@ -137,20 +148,67 @@ def prepare(cfg: Config, run_dir: Path, rank: int, terminal: TextIO | None):
     topology = init_distributed(cfg, layout)
     ds_config = json.loads((run_dir / "deepspeed.json").read_text())
     engine = build_engine(cfg, layout, topology, ds_config)
+    resumed = checkpoint_io.restore(engine, patch, run_dir, rank, layout.global_batch)
+    if rank == 0:
+        announce_resume(run_dir, resumed, terminal)
     windows = TokenWindows(cfg.data, cfg.model.seq_length)
     dp_rank = topology.get_coord(rank).data
-    reporter = StepReporter(cfg, run_dir, terminal) if rank == 0 else None
-    return StepRunner(cfg, layout, engine, windows, dp_rank, reporter), patch, layout
+    reporter = StepReporter(cfg, run_dir, terminal, resumed.step) if rank == 0 else None
+    if reporter is not None and reporter.dropped:
+        print(f"[neoxlab] metrics.jsonl: dropped {reporter.dropped} line(s) after step "
+              f"{resumed.step} from an earlier attempt; those steps run again", flush=True)
+    runner = StepRunner(cfg, layout, engine, windows, dp_rank, reporter, patch, resumed)
+    return runner, patch, layout
+
+
+def announce_resume(run_dir: Path, resumed: Resumed, terminal: TextIO | None) -> None:
+    """Rank 0: warnings on the terminal and in its log, the choice in status.json."""
+    lines = [f"[neoxlab] warning: {w}" for w in resumed.warnings]
+    if resumed.step:
+        lines.append(f"[neoxlab] resuming after step {resumed.step} from {resumed.path}")
+    for line in lines:
+        print(line, flush=True)
+        if terminal is not None:
+            print(line, file=terminal, flush=True)
+    rundir.update_attempt(
+        run_dir, resumed_from=resumed.step,
+        checkpoint=str(resumed.path) if resumed.path else None, warnings=resumed.warnings,
+    )
 
 
 def train(cfg: Config, run_dir: Path, rank: int, terminal: TextIO | None) -> None:
+    stop = StopSignals().install()  # before set-up: a stop request then ends the first step
+    try:
+        runner, patch, layout = prepare(cfg, run_dir, rank, terminal)
+        fresh = runner.resumed.step == 0  # testing aids fire only in attempts from step 0
+        t, launch = cfg.train, cfg.launch
+        for step in range(runner.resumed.step + 1, t.steps + 1):
+            if fresh and launch.fail_rank == rank and step == launch.fail_step:
+                raise InjectedFailure(f"injected failure on rank {rank} at step {step}")
+            runner.step(step)
+            signum = stop.agreed() if step < t.steps else 0
+            if signum or (t.checkpoint_every and step % t.checkpoint_every == 0):
+                die = fresh and launch.kill_during_checkpoint == step and launch.kill_rank == rank
+                path = checkpoint_io.save(
+                    runner.engine, patch, run_dir, step, rank, layout.world_size,
+                    layout.global_batch, t.keep_checkpoints, die_halfway=die,
+                )
+                print(f"[neoxlab] checkpoint saved: {path}", flush=True)
+            if signum:
+                finish(runner, patch, run_dir, rank, layout, terminal)
+                name = signal_name(signum)
+                raise Preempted(f"{name} after step {step}; checkpoint {path}",
+                                preempted_step=step, signal=name)
+    finally:
+        stop.uninstall()
+    finish(runner, patch, run_dir, rank, layout, terminal)
+
+
+def finish(runner: StepRunner, patch, run_dir: Path, rank: int, layout: Layout,
+           terminal: TextIO | None) -> None:
+    """summary.json and the communication accounting (of this attempt) of every rank."""
     import torch
 
-    runner, patch, layout = prepare(cfg, run_dir, rank, terminal)
-    for step in range(1, cfg.train.steps + 1):
-        if cfg.launch.fail_rank == rank and step == cfg.launch.fail_step:
-            raise InjectedFailure(f"injected failure on rank {rank} at step {step}")
-        runner.step(step)
     runner.finish(run_dir)
     if patch is not None:
         write_rank_rows(run_dir, rank, patch.accountant)

@@ -8,20 +8,56 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from neoxlab.config import Config
+from neoxlab.rundir import write_atomic
+
+
+def metrics_up_to(path: Path, step: int) -> tuple[list[dict[str, Any]], int]:
+    """The records of steps 1..step (each once) and how many lines there were besides.
+
+    Lines after `step` come from an attempt that went on past its last checkpoint; a
+    resumed run recomputes those steps, so they go (as does a line cut short by a crash)."""
+    if not path.exists():
+        return [], 0
+    kept: dict[int, dict[str, Any]] = {}
+    lines = path.read_text().splitlines()
+    for line in lines:
+        try:
+            record = json.loads(line)
+            record_step = int(record["step"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        if 1 <= record_step <= step and record_step not in kept:
+            kept[record_step] = record
+    records = [kept[s] for s in sorted(kept)]
+    return records, len(lines) - len(records)
+
+
+def keep_metrics_up_to(path: Path, step: int) -> tuple[list[dict[str, Any]], int]:
+    """Rewrite metrics.jsonl (atomically) with only the records of steps 1..step."""
+    records, dropped = metrics_up_to(path, step)
+    if path.exists():
+        write_atomic(path, "".join(json.dumps(r) + "\n" for r in records))
+    return records, dropped
 
 
 class StepReporter:
-    """Writes one JSON line per step (flushed, so a crash keeps every finished step)."""
+    """Writes one JSON line per step (flushed, so a crash keeps every finished step).
 
-    def __init__(self, cfg: Config, run_dir: Path, terminal: TextIO | None):
-        self.metrics = (run_dir / "metrics.jsonl").open("a", buffering=1)
+    A resumed run (start_step > 0) first cuts metrics.jsonl back to its checkpoint's step,
+    so every step appears exactly once; `earlier` holds the records kept."""
+
+    def __init__(self, cfg: Config, run_dir: Path, terminal: TextIO | None,
+                 start_step: int = 0):
+        path = run_dir / "metrics.jsonl"
+        self.earlier, self.dropped = keep_metrics_up_to(path, start_step)
+        self.metrics = path.open("a", buffering=1)
         self.bar = None
         if cfg.logger.progress and terminal is not None:
             from tqdm import tqdm
 
             self.bar = tqdm(
-                total=cfg.train.steps, file=terminal, desc=cfg.experiment, unit="step",
-                dynamic_ncols=True, mininterval=0.5,
+                total=cfg.train.steps, initial=start_step, file=terminal, desc=cfg.experiment,
+                unit="step", dynamic_ncols=True, mininterval=0.5,
             )
         self.wandb = _start_wandb(cfg, run_dir)
 

@@ -1,0 +1,107 @@
+"""`python -m neoxlab.resume <run_dir>` (make resume RUN=...): continue a local training run.
+
+Relaunches the ranks on the same run dir (never a new one); they resume by themselves from
+the newest usable checkpoint in it (see neoxlab.train.program). The checks here only refuse
+what cannot or need not be resumed, before anything starts.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import psutil
+
+from neoxlab import rundir
+from neoxlab.config import Config, ConfigError
+from neoxlab.layout import resolve_layout
+from neoxlab.train import checkpoints
+from neoxlab.train.reporting import metrics_up_to
+
+USAGE = "usage: python -m neoxlab.resume <run_dir>   (make resume RUN=results/<exp>/<run_id>)"
+
+
+def live_ranks(run_dir: Path) -> list[int]:
+    """Pids of this run's ranks that are still alive (from logs/rank<N>.pid)."""
+    alive = []
+    for path in sorted((run_dir / "logs").glob("rank*.pid")):
+        try:
+            proc = psutil.Process(int(path.read_text()))
+            if any(str(run_dir.name) in part for part in proc.cmdline()):
+                alive.append(proc.pid)
+        except (ValueError, OSError, psutil.Error):
+            continue
+    return alive
+
+
+def check_resumable(run_dir: Path) -> Config:
+    """The run's config, or ConfigError saying why this dir cannot be resumed here."""
+    if not run_dir.is_dir():
+        raise ConfigError(f"{run_dir} is not a directory; give a run dir, "
+                          "e.g. make resume RUN=results/<experiment>/<run_id>")
+    missing = [n for n in ("config.json", "status.json") if not (run_dir / n).is_file()]
+    if missing:
+        raise ConfigError(
+            f"{run_dir} is not a run dir (no {' or '.join(missing)}); give a directory that "
+            "`make run` created: results/<experiment>/<run_id>"
+        )
+    cfg = rundir.load_config(run_dir)
+    resolve_layout(cfg)  # a config.json edited into an invalid one is refused here
+    if cfg.task.name != "train" or cfg.engine.name != "builtin":
+        raise ConfigError(
+            f"{run_dir} is a task={cfg.task.name} engine={cfg.engine.name} run; only builtin "
+            "training runs have checkpoints to resume; start a new run with make run"
+        )
+    if cfg.cluster.scheduler != "local":
+        raise ConfigError(
+            f"{run_dir} ran on cluster '{cfg.cluster.name}' ({cfg.cluster.scheduler}); this "
+            "command relaunches on this machine only; resubmit its job script on the cluster "
+            "(its ranks resume from the run dir by themselves)"
+        )
+    alive = live_ranks(run_dir)
+    if alive:
+        raise ConfigError(f"{run_dir} is still running (rank pids {alive}); wait for it to "
+                          "end or stop it first")
+    status = rundir.read_json(run_dir / "status.json")
+    if status.get("state") == "completed":  # a failure after the last step is not complete
+        done, _ = metrics_up_to(run_dir / "metrics.jsonl", cfg.train.steps)
+        raise ConfigError(
+            f"{run_dir} already completed all {cfg.train.steps} steps ({len(done)} in "
+            "metrics.jsonl); nothing to resume (start a new run with make run, e.g. with a "
+            "larger train.steps)"
+        )
+    return cfg
+
+
+def plan_line(run_dir: Path, cfg: Config) -> str:
+    found = checkpoints.scan(run_dir)
+    good = checkpoints.usable(found)
+    if good:
+        where = f"from the checkpoint after step {good[0].step} of {cfg.train.steps}"
+    else:
+        where = f"from step 0 of {cfg.train.steps} (no usable checkpoint)"
+    return f"[neoxlab] resuming {run_dir} {where}"
+
+
+def main(args: list[str] | None = None) -> int:
+    args = sys.argv[1:] if args is None else args
+    if len(args) != 1 or args[0].startswith("-"):
+        print(USAGE, file=sys.stderr)
+        return 2
+    run_dir = Path(args[0]).resolve()
+    try:
+        cfg = check_resumable(run_dir)
+    except ConfigError as exc:
+        print(f"[neoxlab] error: {exc}", file=sys.stderr)
+        return 2
+    from neoxlab.__main__ import report
+    from neoxlab.launch import local
+
+    print(plan_line(run_dir, cfg), flush=True)
+    code = local.launch(cfg, run_dir)
+    report(run_dir)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

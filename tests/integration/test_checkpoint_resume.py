@@ -1,0 +1,171 @@
+"""Checkpoints and resume on 8 CPU ranks (TP=2 x PP=2 x DP=2, ZeRO-1): an interrupted run
+resumed from its checkpoint trains exactly as an uninterrupted one; a rank killed while
+writing a checkpoint, or a damaged checkpoint, leaves an older one to resume from; SIGUSR1
+saves a checkpoint and stops the job with exit code 85 (requeue)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from neoxlab.rankjob import PREEMPTED_EXIT
+from neoxlab.train import checkpoints
+from tests.conftest import REPO_ROOT
+from tests.integration.harness import (
+    processes_of,
+    read_metrics,
+    read_status,
+    resume_run,
+    run_experiment,
+)
+
+N = 3  # steps before the interruption; the runs train 2N
+LOSSY_DP_WITH_ERROR_FEEDBACK = "compression.dims.dp.error_feedback=true"  # zfp rate 8 on dp
+
+
+def output(proc: subprocess.CompletedProcess) -> str:
+    return proc.stdout + proc.stderr
+
+
+def steps_of(run_dir: Path) -> list[int]:
+    return [r["step"] for r in read_metrics(run_dir)]
+
+
+def usable_steps(run_dir: Path) -> list[int]:
+    return [c.step for c in checkpoints.usable(checkpoints.scan(run_dir))]
+
+
+def residuals(run_dir: Path, step: int, rank: int) -> dict:
+    state = torch.load(checkpoints.rank_state_path(run_dir, step, rank), weights_only=False)
+    return state["compression"]["residuals"]
+
+
+@pytest.mark.timeout(900)
+def test_resumed_run_trains_bit_identically(tmp_path):
+    """Lossy zfp on DP gradients with error feedback: the residuals, the optimizer and its
+    ZeRO partitions, the LR schedule and the data position must all come back exactly."""
+    common = ("local_zhybrid", LOSSY_DP_WITH_ERROR_FEEDBACK, f"train.steps={2 * N}",
+              f"train.checkpoint_every={N}")
+    proc, reference = run_experiment(common[0], tmp_path / "ref", *common[1:])
+    assert proc.returncode == 0, output(proc)
+    proc, run_dir = run_experiment(common[0], tmp_path / "cut", *common[1:],
+                                   "launch.fail_rank=5", f"launch.fail_step={N + 1}")
+    assert proc.returncode != 0 and read_status(run_dir)["state"] == "failed"
+    assert steps_of(run_dir) == list(range(1, N + 1))
+    assert usable_steps(run_dir) == [N]
+
+    proc = resume_run(run_dir)
+    assert proc.returncode == 0, output(proc)
+    assert f"resuming after step {N}" in output(proc)
+    assert sorted(p.name for p in run_dir.parent.iterdir()) == [run_dir.name]  # no new run dir
+    ref, resumed = read_metrics(reference), read_metrics(run_dir)
+    assert [r["step"] for r in resumed] == list(range(1, 2 * N + 1))
+    for key in ("loss", "grad_norm", "lr"):
+        assert [r[key] for r in resumed] == [r[key] for r in ref], key  # exact, not approx
+    status = read_status(run_dir)
+    assert status["state"] == "completed"
+    assert [(a["exit"], a["resumed_from"]) for a in status["attempts"]] == [(1, 0), (0, N)]
+
+    # One residual per gradient bucket, the same buckets at every step (not one per step).
+    early, late = residuals(reference, N, 0), residuals(reference, 2 * N, 0)
+    assert early and early.keys() == late.keys()
+    assert all(r.abs().sum() > 0 for r in late.values())
+
+
+@pytest.mark.timeout(600)
+def test_rank_killed_while_writing_a_checkpoint_leaves_the_previous_one(tmp_path):
+    proc, run_dir = run_experiment(
+        "local_3d", tmp_path, "train.steps=4", "train.checkpoint_every=2",
+        "launch.kill_during_checkpoint=4", "launch.kill_rank=6",
+    )
+    assert proc.returncode != 0
+    assert read_status(run_dir)["state"] == "failed"
+    assert steps_of(run_dir) == [1, 2, 3, 4]  # step 4 trained; its checkpoint never committed
+    half_written = checkpoints.rank_state_path(run_dir, 4, 6)
+    assert half_written.is_file() and not (half_written.parent.parent / checkpoints.MARKER).exists()
+    assert usable_steps(run_dir) == [2]
+
+    proc = resume_run(run_dir)
+    assert proc.returncode == 0, output(proc)
+    status = read_status(run_dir)
+    assert status["state"] == "completed"
+    assert status["attempts"][-1]["resumed_from"] == 2
+    assert any("step4" in w and "no completion marker" in w
+               for w in status["attempts"][-1]["warnings"])
+    assert steps_of(run_dir) == [1, 2, 3, 4]  # every step exactly once
+    assert usable_steps(run_dir) == [4, 2]  # rewritten, and the older one kept
+
+
+@pytest.mark.timeout(600)
+def test_damaged_checkpoints_are_skipped_with_a_warning(tmp_path):
+    proc, run_dir = run_experiment(
+        "local_3d", tmp_path, "train.steps=5", "train.checkpoint_every=1",
+        "train.keep_checkpoints=4", "launch.fail_rank=2", "launch.fail_step=5",
+    )
+    assert proc.returncode != 0
+    assert usable_steps(run_dir) == [4, 3, 2, 1]
+    step = {s: checkpoints.root(run_dir) / checkpoints.tag(s) for s in (2, 3, 4)}
+    (step[4] / checkpoints.MARKER).unlink()
+    layer = step[3] / "layer_01-model_00-model_states.pt"
+    layer.write_bytes(layer.read_bytes()[:100])
+    unreadable = checkpoints.rank_state_path(run_dir, 2, 5)  # same size, not a torch file
+    unreadable.write_bytes(b"\0" * unreadable.stat().st_size)
+
+    proc = resume_run(run_dir)
+    assert proc.returncode == 0, output(proc)
+    warnings = [line for line in output(proc).splitlines() if "warning" in line]
+    assert any(str(step[4]) in w and "no completion marker" in w for w in warnings), warnings
+    assert any(str(step[3]) in w and "truncated" in w for w in warnings), warnings
+    assert any(str(step[2]) in w and "rank 5 could not load it" in w for w in warnings), warnings
+    assert "resuming after step 1" in output(proc)
+    assert read_status(run_dir)["attempts"][-1]["resumed_from"] == 1
+    assert steps_of(run_dir) == [1, 2, 3, 4, 5]
+
+
+def _wait_for_steps(results: Path, launcher: subprocess.Popen, steps: int) -> Path:
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        found = list(results.glob("local_3d/*/metrics.jsonl"))
+        if found and found[0].read_text().count("\n") >= steps:
+            return found[0].parent
+        assert launcher.poll() is None, launcher.communicate()[0]
+        time.sleep(0.2)
+    pytest.fail("training did not start in time")
+
+
+@pytest.mark.timeout(600)
+def test_sigusr1_saves_a_checkpoint_and_stops_for_requeue(results_dir):
+    steps = 24
+    cmd = [sys.executable, "-m", "neoxlab", "experiment=local_3d", "logger.wandb=disabled",
+           f"launch.results_dir={results_dir}", f"train.steps={steps}"]
+    launcher = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+    try:
+        run_dir = _wait_for_steps(results_dir, launcher, 2)
+        # The launcher hands it to mpiexec, which forwards it to every rank.
+        launcher.send_signal(signal.SIGUSR1)
+        out, _ = launcher.communicate(timeout=120)
+    finally:
+        launcher.kill()
+    assert launcher.returncode == PREEMPTED_EXIT, out
+    status = read_status(run_dir)
+    assert status["state"] == "preempted" and status["signal"] == "SIGUSR1", status
+    stopped = status["preempted_step"]
+    assert 2 <= stopped < steps
+    assert status["attempts"][0]["exit"] == PREEMPTED_EXIT
+    assert usable_steps(run_dir) == [stopped]  # checkpoint_every=0: only the requested one
+    assert steps_of(run_dir) == list(range(1, stopped + 1))
+    assert not processes_of(run_dir)
+
+    proc = resume_run(run_dir)
+    assert proc.returncode == 0, output(proc)
+    status = read_status(run_dir)
+    assert status["state"] == "completed"
+    assert status["attempts"][-1]["resumed_from"] == stopped
+    assert steps_of(run_dir) == list(range(1, steps + 1))
