@@ -1,8 +1,9 @@
-"""`python -m neoxlab.resume <run_dir>` (make resume RUN=...): continue a local training run.
+"""`python -m neoxlab.resume <run_dir>` (make resume RUN=...): continue a training run.
 
-Relaunches the ranks on the same run dir (never a new one); they resume by themselves from
-the newest usable checkpoint in it (see neoxlab.train.program). The checks here only refuse
-what cannot or need not be resumed, before anything starts.
+Relaunches the ranks on the same run dir (never a new one): locally with mpiexec, or, for a
+cluster run, by resubmitting the run dir's job script from the login node. The ranks resume
+by themselves from the newest usable checkpoint in it (see neoxlab.train.program). The checks
+here only refuse what cannot or need not be resumed, before anything starts.
 """
 
 from __future__ import annotations
@@ -52,16 +53,13 @@ def check_resumable(run_dir: Path) -> Config:
             f"{run_dir} is a task={cfg.task.name} engine={cfg.engine.name} run; only builtin "
             "training runs have checkpoints to resume; start a new run with make run"
         )
-    if cfg.cluster.scheduler != "local":
-        raise ConfigError(
-            f"{run_dir} ran on cluster '{cfg.cluster.name}' ({cfg.cluster.scheduler}); this "
-            "command relaunches on this machine only; resubmit its job script on the cluster "
-            "(its ranks resume from the run dir by themselves)"
-        )
-    alive = live_ranks(run_dir)
-    if alive:
-        raise ConfigError(f"{run_dir} is still running (rank pids {alive}); wait for it to "
-                          "end or stop it first")
+    if cfg.cluster.scheduler == "local":
+        alive = live_ranks(run_dir)
+        if alive:
+            raise ConfigError(f"{run_dir} is still running (rank pids {alive}); wait for it "
+                              "to end or stop it first")
+    else:
+        check_no_live_job(cfg, run_dir)
     status = rundir.read_json(run_dir / "status.json")
     if status.get("state") == "completed":  # a failure after the last step is not complete
         done, _ = metrics_up_to(run_dir / "metrics.jsonl", cfg.train.steps)
@@ -71,6 +69,52 @@ def check_resumable(run_dir: Path) -> Config:
             "larger train.steps)"
         )
     return cfg
+
+
+LIVE_JOB_STATES = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "SUSPENDED",
+                   "PEND", "RUN", "PSUSP", "USUSP", "SSUSP")
+
+
+def check_no_live_job(cfg: Config, run_dir: Path) -> None:
+    """A cluster run's newest job must have ended, and this machine must be able to submit."""
+    import shutil
+
+    from neoxlab.launch import manifest, scheduler_module
+
+    scheduler = scheduler_module(cfg.cluster.scheduler)
+    if shutil.which(scheduler.SUBMIT) is None:
+        raise ConfigError(
+            f"{run_dir} ran on cluster '{cfg.cluster.name}', which submits with "
+            f"{scheduler.SUBMIT}; not on this machine: run make resume on its login node"
+        )
+    jobs = [e for e in manifest.read(run_dir.parent.parent, cfg.experiment)
+            if e.get("run_id") == run_dir.name and e.get("job_id")]
+    if jobs:
+        state = scheduler.job_state(jobs[-1]["job_id"])
+        if state.split()[0] in LIVE_JOB_STATES:
+            raise ConfigError(f"{run_dir}: its job {jobs[-1]['job_id']} is {state}; wait for "
+                              "it to end (or cancel it) before resuming")
+
+
+def resubmit(cfg: Config, run_dir: Path) -> int:
+    """Submit the run dir's own job script again; its ranks resume from the checkpoints."""
+    from neoxlab.launch import manifest, scheduler_module
+
+    scheduler = scheduler_module(cfg.cluster.scheduler)
+    rundir.set_status(run_dir, "submitted", resumed=True)
+    try:
+        job_id = scheduler.submit(run_dir / scheduler.SCRIPT_NAME)
+    except (RuntimeError, OSError) as exc:
+        rundir.set_status(run_dir, "failed", error=f"resubmission failed: {exc}")
+        print(f"[neoxlab] error: {exc}", file=sys.stderr)
+        return 1
+    manifest.record(run_dir.parent.parent, cfg.experiment, run_id=run_dir.name,
+                    run_dir=str(run_dir), job_id=job_id, scheduler=cfg.cluster.scheduler,
+                    cluster=cfg.cluster.name, resumed=True)
+    rundir.set_status(run_dir, "submitted", job_id=job_id)
+    print(f"[neoxlab] resubmitted as {cfg.cluster.scheduler} job {job_id}; "
+          f"`make status EXP={cfg.experiment}` shows its state", flush=True)
+    return 0
 
 
 def plan_line(run_dir: Path, cfg: Config) -> str:
@@ -98,6 +142,8 @@ def main(args: list[str] | None = None) -> int:
     from neoxlab.launch import local
 
     print(plan_line(run_dir, cfg), flush=True)
+    if cfg.cluster.scheduler != "local":
+        return resubmit(cfg, run_dir)
     code = local.launch(cfg, run_dir)
     report(run_dir)
     return code

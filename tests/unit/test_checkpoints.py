@@ -183,7 +183,7 @@ def test_resume_refuses_what_is_not_a_run_dir(tmp_path):
     assert resume_main([]) == 2 and resume_main(["a", "b"]) == 2
 
 
-def test_resume_refuses_a_bad_checkpoint_setting_and_a_cluster_run(tmp_path):
+def test_resume_refuses_a_bad_checkpoint_setting_and_a_cluster_run_off_its_login_node(tmp_path):
     run_dir = copy_fixture_run(tmp_path)
     rundir.set_status(run_dir, "failed")
     config = json.loads((run_dir / "config.json").read_text())
@@ -192,9 +192,9 @@ def test_resume_refuses_a_bad_checkpoint_setting_and_a_cluster_run(tmp_path):
     with pytest.raises(ConfigError, match="train.checkpoint_every=-2 is negative"):
         check_resumable(run_dir)
     config["train"]["checkpoint_every"] = 2
-    config["cluster"]["scheduler"] = "slurm"
+    config["cluster"].update(scheduler="lsf", launcher="jsrun")
     (run_dir / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ConfigError, match="relaunches on this machine only"):
+    with pytest.raises(ConfigError, match="submits with bsub; not on this machine"):
         check_resumable(run_dir)
 
 
