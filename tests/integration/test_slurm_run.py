@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from neoxlab.__main__ import main
@@ -48,3 +50,36 @@ def test_failing_rank_under_slurm_fails_the_job_with_its_error(requires_slurm, r
     assert state == "FAILED"
     assert status["state"] == "failed" and status["failed_rank"] == 2
     assert status["error"].startswith("InjectedFailure: injected failure on rank 2")
+
+
+@pytest.mark.timeout(1100)
+def test_job_at_its_time_limit_checkpoints_requeues_and_completes(requires_slurm, results_dir):
+    """A 3-minute job gets Slurm's USR1 (B:, the batch shell) 90 s before its limit: the
+    ranks see the stop request, checkpoint and exit 85, `jobstep end` resubmits the job
+    script, the next job resumes; until all steps ran. Sized for this 2-core machine: about
+    20 s of start-up and 5-6 steps/s, so the first job ends near step 400 of 600."""
+    steps = 600
+    assert main(["experiment=local_slurm", f"train.steps={steps}", "cluster.walltime=3",
+                 "launch.warn_before_s=90", "launch.requeue=6",
+                 f"launch.results_dir={results_dir}"]) == 0
+    (first,) = manifest.read(results_dir, "local_slurm")
+    run_dir = results_dir / "local_slurm" / first["run_id"]
+    deadline = time.monotonic() + 1040
+    try:
+        while time.monotonic() < deadline:
+            jobs = manifest.read(results_dir, "local_slurm")
+            state = wait_for_job(jobs[-1]["job_id"], timeout_s=deadline - time.monotonic())
+            if len(manifest.read(results_dir, "local_slurm")) == len(jobs):
+                break  # the newest job ended without requeuing: the run is over
+    finally:
+        for job in manifest.read(results_dir, "local_slurm"):
+            cancel(job["job_id"])
+    jobs = manifest.read(results_dir, "local_slurm")
+    status = read_status(run_dir)
+    assert status["state"] == "completed", (status, jobs)
+    assert state == "COMPLETED"
+    assert len(jobs) >= 2, "the first job was expected to reach its time limit"
+    assert [j["requeue_of"] for j in jobs[1:]] == [j["job_id"] for j in jobs[:-1]]
+    reasons = [a.get("reason") for a in status["attempts"]]
+    assert len(status["attempts"]) == len(jobs) and reasons[-1] == "completed", reasons
+    assert [m["step"] for m in read_metrics(run_dir)] == list(range(1, steps + 1))

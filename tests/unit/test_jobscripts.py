@@ -87,8 +87,9 @@ def test_every_rendered_script_is_shellcheck_clean(tmp_path, experiment, cluster
     text, run_dir = rendered(tmp_path, experiment, [f"cluster={cluster}", "cluster.nodes=48"])
     script = run_dir / "job.sh"
     script.write_text(text)
-    out = subprocess.run(["shellcheck", "-s", "bash", str(script)], capture_output=True,
-                         text=True, check=False)
+    # -x follows `source launch/stop_on_signal.sh` (from the repo root, as the job does)
+    out = subprocess.run(["shellcheck", "-x", "-s", "bash", str(script)], cwd=REPO_ROOT,
+                         capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stdout
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from neoxlab.config import Config, ConfigError
 from neoxlab.launch.ranks import rank_command, rank_env
 from neoxlab.rundir import REPO_ROOT
+from neoxlab.train.preemption import stop_request_file
 
 TEMPLATE_DIR = REPO_ROOT / "launch"
 _PLACEHOLDER = re.compile(r"\{\{\s*([a-z_]+)\s*\}\}")
@@ -90,6 +91,7 @@ def common_values(cfg: Config, run_dir: Path) -> dict[str, str]:
         "repo_root": quote(REPO_ROOT),
         "python": quote(python),
         "run_dir": quote(run_dir.resolve()),
+        "stop_file": quote(stop_request_file(run_dir.resolve())),
         "rank_command": command_line(rank_command(cfg, run_dir.resolve(), python)),
     }
 

@@ -18,6 +18,7 @@ from neoxlab import rundir
 from neoxlab.config import Config
 from neoxlab.launch import hostfile
 from neoxlab.launch.failure import diagnose
+from neoxlab.train.preemption import stop_request_file
 
 
 def job_id(env: dict[str, str]) -> str | None:
@@ -26,6 +27,7 @@ def job_id(env: dict[str, str]) -> str | None:
 
 def begin(run_dir: Path, env: dict[str, str]) -> None:
     cfg = rundir.load_config(run_dir)
+    stop_request_file(run_dir).unlink(missing_ok=True)  # the previous job's, if requeued
     try:
         hosts = (hostfile.lsf_hosts(env) if cfg.cluster.scheduler == "lsf"
                  else hostfile.slurm_hosts(env))

@@ -3,21 +3,31 @@
 A signal may reach some ranks and not others (or at different moments), so a rank only
 notes it; at each step boundary the ranks agree through one tiny MPI all-reduce, and all of
 them save and stop at the same step. mpiexec (MPICH hydra) forwards both signals to every
-rank; LSF (bsub -wa) and Slurm (--signal) deliver them to the job's processes.
+rank. Cluster job scripts take the scheduler's warning in the batch shell instead and write
+a stop-request file into the run dir (a signal to the job's processes would also kill any
+child a rank runs at that moment, e.g. DeepSpeed's extension build); rank 0 looks for it
+at each step boundary.
 """
 
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 
 STOP_SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
+
+
+def stop_request_file(run_dir: Path) -> Path:
+    """Created by a cluster job script at the time-limit warning; removed when a job begins."""
+    return run_dir / "stop.request"
 
 
 class StopSignals:
     """Remembers the first stop signal this rank received; `agreed` makes it the job's."""
 
-    def __init__(self) -> None:
+    def __init__(self, request_file: Path | None = None) -> None:
         self.received = 0
+        self.request_file = request_file
         self._previous: dict[int, object] = {}
 
     def install(self) -> StopSignals:
@@ -37,7 +47,11 @@ class StopSignals:
         """The signal any rank received so far (0: none); every rank gets the same answer."""
         from mpi4py import MPI
 
-        return int(MPI.COMM_WORLD.allreduce(self.received, op=MPI.MAX))
+        comm = MPI.COMM_WORLD
+        mine = self.received
+        if not mine and self.request_file is not None and comm.Get_rank() == 0:
+            mine = signal.SIGUSR1 if self.request_file.exists() else 0
+        return int(comm.allreduce(mine, op=MPI.MAX))
 
 
 def signal_name(signum: int) -> str:

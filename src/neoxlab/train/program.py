@@ -23,7 +23,7 @@ from neoxlab.layout import Layout, padded_vocab_size, resolve_layout
 from neoxlab.rankjob import Preempted, run_rank
 from neoxlab.train import checkpoint_io
 from neoxlab.train.checkpoint_io import Resumed
-from neoxlab.train.preemption import StopSignals, signal_name
+from neoxlab.train.preemption import StopSignals, signal_name, stop_request_file
 
 
 class InjectedFailure(RuntimeError):
@@ -177,7 +177,8 @@ def announce_resume(run_dir: Path, resumed: Resumed, terminal: TextIO | None) ->
 
 
 def train(cfg: Config, run_dir: Path, rank: int, terminal: TextIO | None) -> None:
-    stop = StopSignals().install()  # before set-up: a stop request then ends the first step
+    # before set-up: a stop request then ends the first step
+    stop = StopSignals(stop_request_file(run_dir)).install()
     try:
         runner, patch, layout = prepare(cfg, run_dir, rank, terminal)
         fresh = runner.resumed.step == 0  # testing aids fire only in attempts from step 0
