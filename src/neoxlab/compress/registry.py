@@ -46,7 +46,8 @@ def available() -> list[str]:
     return sorted(n for n, c in _BY_NAME.items() if _usable(c))
 
 
-def _parse_value(text: str) -> Any:
+def parse_value(text: str) -> Any:
+    """A command-line or table token as bool, int, float or the text itself."""
     low = text.lower()
     if low in ("true", "false"):
         return low == "true"
@@ -79,7 +80,7 @@ def parse_spec(spec: str | Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
             raise CompressionConfigError(
                 f"compressor spec {spec!r}: parameter {item!r} is not key=value; "
                 "use e.g. 'zfp:rate=8' or 'topk:ratio=0.01'")
-        params[key.strip()] = _parse_value(val.strip())
+        params[key.strip()] = parse_value(val.strip())
     return name.strip(), params
 
 

@@ -191,14 +191,9 @@ Cell = int | float | str | None
 
 
 def _cell(text: str) -> Cell:
-    if text == "-":
-        return None
-    for conv in (int, float):
-        try:
-            return conv(text)
-        except ValueError:
-            pass
-    return text
+    from neoxlab.compress.registry import parse_value
+
+    return None if text == "-" else parse_value(text)
 
 
 def parse_table(text: str) -> list[dict[str, Cell]]:
