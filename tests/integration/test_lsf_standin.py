@@ -24,14 +24,16 @@ from tests.integration.harness import processes_of, read_metrics, read_status
 STANDINS = Path(__file__).resolve().parents[1] / "standins" / "lsf"
 
 
-def wait_for_end(run_dir: Path, timeout_s: float) -> dict:
+def wait_for_exit(pid: int, timeout_s: float) -> None:
+    """The stand-in job (its batch shell) has ended, `jobstep end` included."""
     deadline = time.time() + timeout_s
     while time.time() < deadline:
-        status = read_status(run_dir)
-        if status["state"] in ("completed", "failed") and "exit_code" in status:
-            return status
-        time.sleep(0.5)  # polling a file with a deadline, not synchronizing on time
-    raise AssertionError(f"job did not end in {timeout_s} s: {read_status(run_dir)}")
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.5)  # polling a pid with a deadline, not synchronizing on time
+    raise AssertionError(f"stand-in job {pid} still running after {timeout_s} s")
 
 
 @pytest.mark.timeout(420)
@@ -51,14 +53,15 @@ def test_rendered_lsf_job_runs_through_bsub_and_jsrun_standins(tmp_path, monkeyp
     (run_dir,) = (results / "local_3d").iterdir()
     (entry,) = manifest.read(results, "local_3d")
     assert f"submitted lsf job {entry['job_id']}" in out
+    pid = int((spool / f"job.{entry['job_id']}.pid").read_text())
     try:
-        status = wait_for_end(run_dir, 360)
+        wait_for_exit(pid, 360)
     finally:
-        pid = int((spool / f"job.{entry['job_id']}.pid").read_text())
         try:
             os.killpg(pid, signal.SIGKILL)  # the stand-in job's own session only
         except ProcessLookupError:
             pass
+    status = read_status(run_dir)
     job_err = (run_dir / "logs" / f"job.{entry['job_id']}.err").read_text()
     assert status["state"] == "completed", job_err
     assert status["job_id"] == entry["job_id"] and entry["scheduler"] == "lsf"
