@@ -190,7 +190,7 @@ class ServeConfig:
 
     engines: list[str] = field(default_factory=lambda: [
         "fused", "fused_noreorder", "sequential", "static", "dynamic", "hf_cb"])
-    weights: str = "random"  # random (seeded by train.seed) | hf:<GPTNeoX checkpoint dir>
+    weights: str = "random"  # random (train.seed) | hf:<GPTNeoX dir> | run:<training run dir>
     num_requests: int = 32
     arrival: str = "poisson"  # poisson | constant
     mean_gap_ms: float = 20.0

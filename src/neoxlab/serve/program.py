@@ -86,7 +86,7 @@ def serve(cfg: Config, run_dir: Path, rank: int, world: int, terminal: TextIO | 
             "task": "serve", "engines": rows, "ratios": ratios(rows),
             "model": {"layers": model.config.num_layers, "hidden": model.config.hidden_size,
                       "heads": model.config.num_attention_heads, "tp": cfg.parallel.tp,
-                      "weights": s.weights},
+                      "weights": s.weights, "weights_source": model.source},
             "gap_scale": s.gap_scale,
         })
         table = format_table(rows)

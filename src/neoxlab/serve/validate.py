@@ -73,9 +73,13 @@ def validate_serve(cfg: Config) -> list[str]:
     if "hf_cb" in s.engines and p.tp > 1:
         errors.append(f"engine hf_cb runs in one process, but parallel.tp={p.tp}; drop hf_cb "
                       "from serve.engines or use tp=1")
-    if not (s.weights == "random" or s.weights.startswith("hf:")):
-        errors.append(f"serve.weights='{s.weights}' is not 'random' or 'hf:<GPT-NeoX dir>' "
-                      "(training-run checkpoints are not loadable yet)")
+    if not (s.weights == "random" or s.weights.startswith(("hf:", "run:"))):
+        errors.append(f"serve.weights='{s.weights}' is not 'random', 'hf:<GPT-NeoX dir>' or "
+                      "'run:<training run dir>'; use one of those")
+    elif s.weights.startswith("run:"):
+        from neoxlab.serve.run_weights import validate_run_weights
+
+        errors += validate_run_weights(s.weights, m)
     elif s.weights.startswith("hf:"):
         from pathlib import Path
 
