@@ -209,6 +209,7 @@ class ServeConfig:
     eos_token_id: int | None = None
     seed: int = 1234  # workload and per-request sampling seeds
     batch_window_ms: float = 50.0  # dynamic batching window
+    repeats: int = 1  # timed runs per engine and trace; the median total time is reported
     hf_cb_num_blocks: int = 64
     hf_cb_max_batch_tokens: int = 512
     hf_cb_page_size: int = 32

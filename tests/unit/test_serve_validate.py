@@ -51,3 +51,39 @@ def test_every_problem_is_reported_at_once_and_check_raises():
 def test_training_configs_are_not_judged_by_serve_rules():
     cfg = compose_experiment("local_3d", ["serve.slots=0"])
     assert validate_serve(cfg) == []
+
+
+def test_zero_repeats_is_rejected():
+    (error,) = validate_serve(_cfg("serve.repeats=0"))
+    assert "serve.repeats=0 must be >= 1" in error
+
+
+def test_repeats_keep_the_run_with_the_median_total_time(monkeypatch):
+    """Five timed runs of 3, 1, 9, 2, 5 s (after the solo warm-up): 3 s is reported, with the
+    spread; every run served the same requests."""
+    from neoxlab.serve import runner
+    from neoxlab.serve.scheduler import EngineRun, Sampling
+    from neoxlab.serve.workload import Request
+
+    totals = iter([0.5, 3.0, 1.0, 9.0, 2.0, 5.0])  # the first is the solo warm-up
+    served = []
+
+    class FakeEngine:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def run(self, requests):
+            served.append([r.rid for r in requests])
+            total = next(totals)
+            rec = {"rid": 0, "arrival_s": 0.0, "admit_s": 0.0, "first_token_s": total / 2,
+                   "finish_s": total, "prompt_len": 2, "max_new_tokens": 3, "tokens": [1, 2, 3]}
+            return EngineRun("fused", records=[rec], total_s=total, cpu_s=total)
+
+    monkeypatch.setattr(runner, "Engine", FakeEngine)
+    settings = runner.RunSettings(slots=2, max_concurrent=2, max_seq_len=16, window_s=0.0,
+                                  sampling=Sampling(), cb_sizing=None, repeats=5)
+    requests = [Request(0, 0.0, [1, 2], 3, 0)]
+    _, summary = runner.Runner(model=None, settings=settings).run_engine("fused", requests)
+    assert summary["total_s"] == 3.0
+    assert (summary["repeats"], summary["total_s_min"], summary["total_s_max"]) == (5, 1.0, 9.0)
+    assert served == [[0]] * 6

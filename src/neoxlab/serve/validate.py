@@ -22,7 +22,7 @@ def validate_serve(cfg: Config) -> list[str]:
         errors.append(f"serve.engines={list(s.engines)}: {bad or 'empty'} not among "
                       f"{list(ENGINES)}; list engines from that set")
     for name in ("num_requests", "slots", "max_seq_len", "prompt_len_min", "output_len_min",
-                 "hf_cb_num_blocks", "hf_cb_max_batch_tokens", "hf_cb_page_size"):
+                 "hf_cb_num_blocks", "hf_cb_max_batch_tokens", "hf_cb_page_size", "repeats"):
         if getattr(s, name) < 1:
             errors.append(f"serve.{name}={getattr(s, name)} must be >= 1; use a positive integer")
     for name in ("mean_gap_ms", "batch_window_ms"):
