@@ -59,31 +59,36 @@ def test_zero_repeats_is_rejected():
 
 
 def test_repeats_keep_the_run_with_the_median_total_time(monkeypatch):
-    """Five timed runs of 3, 1, 9, 2, 5 s (after the solo warm-up): 3 s is reported, with the
-    spread; every run served the same requests."""
+    """Two engines, three rounds after their solo warm-ups, in turn: fused's runs take 3, 1,
+    9 s and static's 4, 6, 5 s; the medians (3, 5) are reported with the spread."""
     from neoxlab.serve import runner
     from neoxlab.serve.scheduler import EngineRun, Sampling
     from neoxlab.serve.workload import Request
 
-    totals = iter([0.5, 3.0, 1.0, 9.0, 2.0, 5.0])  # the first is the solo warm-up
+    order = iter([("fused", 0.5), ("static", 0.4), ("fused", 3.0), ("static", 4.0),
+                  ("fused", 1.0), ("static", 6.0), ("fused", 9.0), ("static", 5.0)])
     served = []
 
     class FakeEngine:
-        def __init__(self, *args, **kwargs):
-            pass
+        def __init__(self, model, policy, *args, **kwargs):
+            self.name = policy.name
 
         def run(self, requests):
+            name, total = next(order)
+            assert name == self.name  # warm-ups first, then rounds of every engine in turn
             served.append([r.rid for r in requests])
-            total = next(totals)
             rec = {"rid": 0, "arrival_s": 0.0, "admit_s": 0.0, "first_token_s": total / 2,
                    "finish_s": total, "prompt_len": 2, "max_new_tokens": 3, "tokens": [1, 2, 3]}
-            return EngineRun("fused", records=[rec], total_s=total, cpu_s=total)
+            return EngineRun(name, records=[rec], total_s=total, cpu_s=total)
 
     monkeypatch.setattr(runner, "Engine", FakeEngine)
     settings = runner.RunSettings(slots=2, max_concurrent=2, max_seq_len=16, window_s=0.0,
-                                  sampling=Sampling(), cb_sizing=None, repeats=5)
+                                  sampling=Sampling(), cb_sizing=None, repeats=3)
     requests = [Request(0, 0.0, [1, 2], 3, 0)]
-    _, summary = runner.Runner(model=None, settings=settings).run_engine("fused", requests)
-    assert summary["total_s"] == 3.0
-    assert (summary["repeats"], summary["total_s_min"], summary["total_s_max"]) == (5, 1.0, 9.0)
-    assert served == [[0]] * 6
+    got = runner.Runner(model=None, settings=settings).run_engines(["fused", "static"],
+                                                                   requests)
+    fused, static = got["fused"][1], got["static"][1]
+    assert (fused["total_s"], fused["total_s_min"], fused["total_s_max"]) == (3.0, 1.0, 9.0)
+    assert (static["total_s"], static["total_s_min"], static["total_s_max"]) == (5.0, 4.0, 6.0)
+    assert fused["repeats"] == static["repeats"] == 3
+    assert served == [[0]] * 8
