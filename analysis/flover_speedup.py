@@ -5,51 +5,90 @@
 # ---
 
 # experiments: flover_*
-# outputs: figures/flover_speedup.png, figures/flover_latency.png
+# outputs: figures/{exp}.speedup.png, figures/{exp}.speedup.pdf
+# outputs: figures/{exp}.latency.png, figures/{exp}.latency.pdf
 
 # %% [markdown]
-# # Flover: speedup of temporal fusion against the mean arrival gap, and latency spread
-# Reads the newest `results/flover_sweep/*/summary.json` (every engine at each gap) and its
-# `serve_results.jsonl`; writes `results/figures/flover_speedup.png` and
-# `results/figures/flover_latency.png`. On CPU the gaps are nominal (scaled by gap_scale).
-# TODO: read results/tables once results.py collects serve runs.
+# # Flover: where temporal fusion pays, against the mean arrival gap
+# Reads `results/tables/<exp>.serve.parquet` (every engine at every gap, from `make collect`)
+# and `<exp>.serve_requests.parquet` (every request), newest completed run. Left: each
+# engine's speedup over sequential serving (total time for all requests); right: fused's
+# advantage over each engine (that engine's total time / fused's). One gap (flover_poisson,
+# flover_tp2) gives bars instead of lines. On CPU the gaps are nominal: actual = nominal x
+# gap_scale. hf_cb's network is named beside its numbers (a Llama twin while transformers'
+# continuous batching cannot run GPT-NeoX).
 
 # %%
-import json
-from pathlib import Path
+import matplotlib.pyplot as plt
+import style
+from IPython.display import display
 
-import matplotlib
+ctx = style.setup()
+serve = ctx.table("serve")
+requests = ctx.table("serve_requests")
+done = serve[serve["status"] == "completed"]
+if done.empty:
+    raise RuntimeError(f"{ctx.exp}: no completed serve run in the tables; run `make run "
+                     f"EXP={ctx.exp}` and `make collect EXP={ctx.exp}`")
+run_id = done["run_id"].max()  # run ids start with their start time
+rows = done[done["run_id"] == run_id]
+reqs = requests[requests["run_id"] == run_id]
+gaps = sorted(rows["gap_ms"].unique())
+engines = list(dict.fromkeys(rows["engine"]))  # the order the run served them
+others = [e for e in engines if e != "fused"]
+scale = rows["gap_scale"].iloc[0]
+# Okabe-Ito colours: ours warm, the baselines cool, one request at a time in black.
+COLORS = {"fused": "#D55E00", "fused_noreorder": "#E69F00", "sequential": "#000000",
+          "static": "#0072B2", "dynamic": "#56B4E9", "hf_cb": "#009E73"}
+display(rows.pivot(index="gap_ms", columns="engine", values="total_s")[engines])
+display(rows.pivot(index="gap_ms", columns="engine", values="fused_speedup")[others])
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
 
-RESULTS = Path("results")
-FIGURES = RESULTS / "figures"
-run_dir = sorted((RESULTS / "flover_sweep").glob("*/summary.json"))[-1].parent
-summary = pd.DataFrame(json.loads((run_dir / "summary.json").read_text())["engines"])
-requests = pd.read_json(run_dir / "serve_results.jsonl", lines=True)
+def panel(ax, names, column, ylabel, title):
+    """Lines against the gap (a sweep), or bars (one gap)."""
+    for i, name in enumerate(names):
+        part = rows[rows["engine"] == name].sort_values("gap_ms")
+        color = COLORS.get(name, style.color(name))
+        if len(gaps) > 1:
+            ax.plot(part["gap_ms"], part[column], marker="o", color=color, label=name)
+        else:
+            ax.bar(i, part[column].iloc[0], color=color, label=name)
+    ax.axhline(1.0, color="grey", lw=0.8)
+    if len(gaps) > 1:
+        ax.set(xscale="log", xlabel=f"mean arrival gap (ms, nominal; actual x {scale:g})")
+    else:
+        ax.set_xticks(range(len(names)), names, rotation=30)
+        ax.set_xlabel(f"engines at mean gap {gaps[0]:g} ms")
+    ax.set(ylabel=ylabel, title=title)
+
 
 # %%
-FIGURES.mkdir(parents=True, exist_ok=True)
-fig, ax = plt.subplots(figsize=(5, 3.5))
-for engine, group in summary.groupby("engine"):
-    if engine != "sequential":
-        ax.plot(group["gap_ms"], group["speedup"], marker="o", label=engine)
-ax.axhline(1.0, color="grey", lw=0.8)
-ax.set(xscale="log", xlabel="mean arrival gap (ms, nominal)",
-       ylabel="speedup over sequential (total time)")
-ax.legend(fontsize=7)
-fig.tight_layout()
-fig.savefig(FIGURES / "flover_speedup.png", dpi=150)
+fig, (left, right) = plt.subplots(1, 2)
+panel(left, [e for e in engines if e != "sequential"], "speedup",
+      "speedup over sequential (total time)", "every engine vs one request at a time")
+panel(right, others, "fused_speedup", "total time / fused's total time",
+      "fused's advantage (> 1: fused faster)")
+handles, labels = left.get_legend_handles_labels()
+handles2, labels2 = right.get_legend_handles_labels()
+seen = dict(zip(labels + labels2, handles + handles2, strict=True))
+fig.legend(seen.values(), seen.keys(), loc="outside right upper", title="Engine")
+notes = sorted({f"{e}: {m}" for e, m in zip(rows["engine"], rows["engine_model"], strict=True)
+                if e == "hf_cb"})
+model = f"{rows['model'].iloc[0]}, tp={rows['tp'].iloc[0]}, weights {rows['weights'].iloc[0]}"
+where = "against the arrival gap" if len(gaps) > 1 else f"at mean gap {gaps[0]:g} ms"
+fig.suptitle(f"{ctx.exp}: temporal fusion {where} ({model})")
+if notes:
+    fig.supxlabel("; ".join(notes), fontsize=8, color="#555555")
+style.save(fig, ctx, "speedup")
 
 # %%
-smallest = requests["gap_ms"].min()
-subset = requests[requests["gap_ms"] == smallest]
-fig, ax = plt.subplots(figsize=(5, 3.5))
-engines = sorted(subset["engine"].unique())
-ax.boxplot([subset[subset["engine"] == e]["latency_s"] for e in engines], labels=engines)
-ax.set(ylabel="request latency (s)", title=f"latency at mean gap {smallest:g} ms")
-ax.tick_params(axis="x", rotation=30)
-fig.tight_layout()
-fig.savefig(FIGURES / "flover_latency.png", dpi=150)
+smallest = gaps[0]
+subset = reqs[reqs["gap_ms"] == smallest]
+fig, (lat, ttft) = plt.subplots(1, 2)
+for ax, column, ylabel in ((lat, "latency_s", "request latency (s)"),
+                           (ttft, "ttft_s", "time to first token (s)")):
+    ax.boxplot([subset[subset["engine"] == e][column] for e in engines], tick_labels=engines)
+    ax.set(ylabel=ylabel)
+    ax.tick_params(axis="x", rotation=30)
+fig.suptitle(f"{ctx.exp}: per-request latency at mean gap {smallest:g} ms (nominal)")
+style.save(fig, ctx, "latency")

@@ -77,8 +77,9 @@ def draw_figures(cfg: Config) -> int:
     results = Path(cfg.launch.results_dir)
     collect.collect(cfg.experiment, results, latest=True)
     code = figures.main(["--exp", cfg.experiment, "--results", str(results)])
+    table = "serve.csv" if cfg.task.name == "serve" else "summary.md"
     print(f"[neoxlab] figures: {results}/figures/{cfg.experiment}.*.png|pdf, "
-          f"table: {results}/tables/{cfg.experiment}.summary.md", flush=True)
+          f"table: {results}/tables/{cfg.experiment}.{table}", flush=True)
     return code
 
 
@@ -161,7 +162,11 @@ def main(args: list[str] | None = None) -> int:
         argv = ["python", "-m", "neoxlab", *args]
         if cfg.runs:
             return run_comparison(cfg, overrides, argv)
-        return run_one(cfg, argv, overrides)[0]
+        code, _ = run_one(cfg, argv, overrides)
+        ran_here = cfg.cluster.scheduler == "local" and cfg.launch.submit
+        if code == 0 and ran_here and cfg.task.name == "serve":
+            return draw_figures(cfg)  # a serve run is the whole experiment: draw it now
+        return code
     except ConfigError as exc:
         print(f"[neoxlab] error: {exc}", file=sys.stderr)
         return 2

@@ -5,7 +5,9 @@
 Per experiment: <exp>.runs.parquet/.csv (one row per run, every status), <exp>.steps.parquet
 (one row per logged step), <exp>.comm.parquet (bytes and seconds per dimension and op) and
 <exp>.compare.parquet/.csv (per scheme against the `none` baseline at the same GPU count),
-so that every figure and the summary table take their numbers from the same place.
+so that every figure and the summary table take their numbers from the same place. Serve
+runs add <exp>.serve.parquet/.csv (one row per engine and arrival gap) and
+<exp>.serve_requests.parquet (one row per served request).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import pandas as pd
 import yaml
 
 from neoxlab.results import COMM_FIELDS, STEP_FIELDS, Malformed, Run, find_run_dirs, load_run
+from neoxlab.serve_results import ENGINE_FIELDS, REQUEST_FIELDS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BASELINE = "none"
@@ -69,6 +72,22 @@ def _per_run(runs: list[Run], group: str, attr: str, columns: tuple[str, ...]) -
     for col in ("group", *RUN_KEYS, *columns):
         if col not in frame:
             frame[col] = pd.Series(dtype="float64" if col not in RUN_KEYS else "object")
+    return frame
+
+
+def serve_tables(runs: list[Run], group: str) -> dict[str, pd.DataFrame]:
+    """Engine and request tables of the serve runs; none when no run served."""
+    if not any(run.row.get("task") == "serve" or run.serve for run in runs):
+        return {}
+    return {"serve": _rows(runs, group, "serve", ENGINE_FIELDS),
+            "serve_requests": _rows(runs, group, "serve_requests", REQUEST_FIELDS)}
+
+
+def _rows(runs: list[Run], group: str, attr: str, columns: tuple[str, ...]) -> pd.DataFrame:
+    frame = pd.DataFrame([{"group": group, **rec} for run in runs for rec in getattr(run, attr)])
+    for col in ("group", *columns):
+        if col not in frame:
+            frame[col] = pd.Series(dtype="object")
     return frame
 
 
@@ -142,24 +161,26 @@ def collect(
         "comm": comm_table(runs, exp),
     }
     tables["compare"] = compare_schemes(tables["runs"])
+    tables.update(serve_tables(runs, exp))
     out = results / "tables"
     out.mkdir(parents=True, exist_ok=True)
     for name, frame in tables.items():
         _write_atomic(frame, out / f"{exp}.{name}.parquet")
-        if name in ("runs", "compare"):
+        if name in ("runs", "compare", "serve"):
             _write_atomic(frame, out / f"{exp}.{name}.csv")
-    _report(exp, runs, out)
+    _report(exp, runs, out, tables)
     return tables
 
 
-def _report(exp: str, runs: list[Run], out: Path) -> None:
+def _report(exp: str, runs: list[Run], out: Path, tables: dict[str, pd.DataFrame]) -> None:
     """Say what was found, including runs that did not complete and lines that were skipped."""
     states = Counter(run.row["status"] for run in runs)
+    names = ",".join(tables)
     print(f"{exp}: {len(runs)} runs (" + ", ".join(f"{n} {s}" for s, n in states.items())
-          + f") -> {out}/{exp}.{{runs,steps,comm,compare}}.parquet")
+          + f") -> {out}/{exp}.{{{names}}}.parquet")
     bad: list[Malformed] = [m for run in runs for m in run.malformed]
     if bad:
-        print(f"  {len(bad)} malformed metrics lines skipped, first ones:")
+        print(f"  {len(bad)} malformed lines skipped, first ones:")
         for m in bad[:5]:
             print(f"    {m.source}:{m.lineno}: {m.reason}: {m.line[:100]}")
 

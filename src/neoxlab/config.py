@@ -190,7 +190,7 @@ class ServeConfig:
 
     engines: list[str] = field(default_factory=lambda: [
         "fused", "fused_noreorder", "sequential", "static", "dynamic", "hf_cb"])
-    weights: str = "random"  # random (seeded by train.seed) | hf:<GPTNeoX checkpoint dir>
+    weights: str = "random"  # random (train.seed) | hf:<GPTNeoX dir> | run:<training run dir>
     num_requests: int = 32
     arrival: str = "poisson"  # poisson | constant
     mean_gap_ms: float = 20.0
@@ -209,6 +209,7 @@ class ServeConfig:
     eos_token_id: int | None = None
     seed: int = 1234  # workload and per-request sampling seeds
     batch_window_ms: float = 50.0  # dynamic batching window
+    repeats: int = 1  # timed runs per engine and trace; the median total time is reported
     hf_cb_num_blocks: int = 64
     hf_cb_max_batch_tokens: int = 512
     hf_cb_page_size: int = 32

@@ -49,20 +49,25 @@ def notebooks(analysis: Path = ANALYSIS) -> list[Path]:
 
 
 def applies_to(notebook: Path, exp: str) -> bool:
-    """A `# experiments: glob ...` line limits a notebook to matching experiments."""
+    """A `# experiments: glob ... !glob ...` line limits a notebook to experiments matching
+    a glob and no `!`-glob (training notebooks leave out the serve experiments)."""
     for line in notebook.read_text().splitlines():
         if line.startswith("# experiments:"):
             patterns = line.removeprefix("# experiments:").replace(",", " ").split()
-            return any(fnmatch.fnmatch(exp, pattern) for pattern in patterns)
+            keep = [p for p in patterns if not p.startswith("!")]
+            drop = [p[1:] for p in patterns if p.startswith("!")]
+            return (any(fnmatch.fnmatch(exp, p) for p in keep)
+                    and not any(fnmatch.fnmatch(exp, p) for p in drop))
     return True
 
 
 def declared_outputs(notebook: Path, exp: str, results: Path) -> list[Path]:
+    """Every path on the notebook's `# outputs:` lines (long lists may take several)."""
+    names = []
     for line in notebook.read_text().splitlines():
         if line.startswith("# outputs:"):
-            names = line.removeprefix("# outputs:").replace(",", " ").split()
-            return [results / name.format(exp=exp) for name in names]
-    return []
+            names += line.removeprefix("# outputs:").replace(",", " ").split()
+    return [results / name.format(exp=exp) for name in names]
 
 
 def experiments(tables: Path) -> list[str]:
@@ -144,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 shown = ", ".join(str(p) for p in outcome.outputs) or "no declared outputs"
                 print(f"ok     {exp} {outcome.notebook} -> {shown}")
-        print(f"{exp}: {len(books)} notebooks in {took:.1f} s")
+        print(f"{exp}: {len(mine)} of {len(books)} notebooks in {took:.1f} s")
     for outcome in failed:
         print(f"\nnotebook {outcome.notebook} failed for experiment {outcome.exp}:\n"
               f"{outcome.error}", file=sys.stderr)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from neoxlab import metrics
+from neoxlab import metrics, serve_results
 
 DIMS = ("dp", "zero", "tp", "pp", "other")
 COMM_FIELDS = ("calls", "bytes_in", "bytes_out", "compress_s", "decompress_s", "comm_s")
@@ -206,6 +206,7 @@ def _config_columns(cfg: dict[str, Any], layout: dict[str, Any]) -> dict[str, An
         batch = par["micro_batch"] * par["grad_accum"] * dp
     row = {
         "experiment": cfg.get("experiment"),
+        "task": cfg.get("task", {}).get("name"),
         "scheme": comp.get("scheme", "none"),
         "backend": comp.get("backend"),
         "engine": cfg.get("engine", {}).get("name"),
@@ -235,6 +236,8 @@ class Run:
     steps: list[dict[str, Any]]
     comm: list[dict[str, Any]]
     malformed: list[Malformed]
+    serve: list[dict[str, Any]] = field(default_factory=list)  # per engine and gap (serve)
+    serve_requests: list[dict[str, Any]] = field(default_factory=list)  # per request (serve)
 
 
 def _neox_steps(logs: list[Path]) -> tuple[list[dict], list[Malformed], str]:
@@ -308,7 +311,14 @@ def load_run(run_dir: Path, log: Path | None = None) -> Run:
             row[f"{dim}_{key}"] = vals.get(key)
     if not comm_rows and totals:
         comm_rows = [{"dim": dim, "op": None, "rank": None, **vals} for dim, vals in totals.items()]
-    return Run(row=row, steps=steps, comm=comm_rows, malformed=malformed)
+    run = Run(row=row, steps=steps, comm=comm_rows, malformed=malformed)
+    if serve_results.is_serve(run_dir, cfg):
+        request_records, bad_requests = read_jsonl(run_dir / "serve_results.jsonl")
+        run.malformed += bad_requests
+        row["malformed_lines"] = len(run.malformed)
+        run.serve = serve_results.engine_rows(summary, row)
+        run.serve_requests = serve_results.request_rows(request_records, row)
+    return run
 
 
 def _run_metrics(cfg: dict[str, Any], summary: dict | None, steps: list[dict]) -> dict:

@@ -107,3 +107,25 @@ def test_a_failing_notebook_fails_the_command_and_is_named(
 def test_figures_without_tables_says_run_collect(tmp_path: Path, capsys):
     assert figures.main(["--exp", EXP, "--results", str(tmp_path)]) == 2
     assert "make collect" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(300)
+def test_serve_sweep_draws_from_its_tables_only(tmp_path: Path):
+    """A serve sweep (tables only, run dir removed after collecting) draws both figures;
+    the training notebooks leave it alone."""
+    from tests.serve_runs import write_serve_run
+
+    results = tmp_path / "results"
+    totals = {gap: {"fused": 1.0, "fused_noreorder": 1.2, "sequential": 4.0 / (i + 1),
+                    "static": 1.5} for i, gap in enumerate((20.0, 500.0, 5000.0))}
+    run_dir = write_serve_run(results, "flover_sweep", "20261201-100000_sweep", totals)
+    assert collect.main(["--exp", "flover_sweep", "--results", str(results)]) == 0
+    shutil.rmtree(run_dir)
+    assert figures.main(["--exp", "flover_sweep", "--results", str(results)]) == 0
+    book = next(b for b in figures.notebooks() if b.stem == "flover_speedup")
+    for path in figures.declared_outputs(book, "flover_sweep", results):
+        assert path.exists() and path.stat().st_size > 0, path
+    drawn = sorted(p.name for p in (results / "figures").iterdir())
+    assert drawn == sorted(p.name for p in figures.declared_outputs(book, "flover_sweep",
+                                                                      results))
+    assert not (results / "tables" / "flover_sweep.summary.md").exists()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 import torch
 
@@ -46,6 +47,13 @@ def test_tp2_run_completes_and_writes_its_results(tp2_run):
     assert len(lines) == 3 * 6
     assert "x seq" in proc.stderr + proc.stdout  # the table reached the terminal
     assert (run_dir / "logs" / "rank1.done").exists()
+    results = run_dir.parents[1]  # the run collected and drew itself
+    table = pd.read_csv(results / "tables" / "flover_tp2.serve.csv")
+    assert sorted(table["engine"]) == sorted(engines)
+    for engine, row in table.set_index("engine").iterrows():
+        assert row["total_s"] == pytest.approx(engines[engine]["total_s"])
+    for name in ("speedup", "latency"):
+        assert (results / "figures" / f"flover_tp2.{name}.png").stat().st_size > 0
 
 
 def test_tp2_outputs_equal_tp1(tp2_run):

@@ -36,6 +36,7 @@ class ServeModel(torch.nn.Module):
             self.add_module(str(index), spec.build())
         self.config = model
         self.tp = tp
+        self.source = "random"  # where the weights came from (set by serve.weights)
         self.num_layers = model.num_layers
         cos, sin = rotary_tables(max_seq_len, rotary_dim(model), model.rotary_emb_base,
                                  torch.float32, torch.device("cpu"))

@@ -28,7 +28,7 @@ def settings_of(cfg: Config):
         window_s=s.batch_window_ms / 1000,
         sampling=Sampling(s.sampling, s.temperature, s.top_k, s.eos_token_id),
         cb_sizing=CBSizing(s.hf_cb_num_blocks, s.hf_cb_max_batch_tokens, s.hf_cb_page_size),
-        weights=s.weights, seed=cfg.train.seed,
+        weights=s.weights, seed=cfg.train.seed, repeats=s.repeats,
     )
 
 
@@ -86,7 +86,7 @@ def serve(cfg: Config, run_dir: Path, rank: int, world: int, terminal: TextIO | 
             "task": "serve", "engines": rows, "ratios": ratios(rows),
             "model": {"layers": model.config.num_layers, "hidden": model.config.hidden_size,
                       "heads": model.config.num_attention_heads, "tp": cfg.parallel.tp,
-                      "weights": s.weights},
+                      "weights": s.weights, "weights_source": model.source},
             "gap_scale": s.gap_scale,
         })
         table = format_table(rows)

@@ -3,6 +3,7 @@ timed run, summaries, speedups and an output check against a reference engine.""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from neoxlab.serve.hf_cb import CBSizing, hf_cb_model, run_hf_cb
@@ -23,6 +24,7 @@ class RunSettings:
     cb_sizing: CBSizing
     weights: str = "random"
     seed: int = 1234
+    repeats: int = 1  # timed runs per engine and trace; the one with the median total time
 
 
 class Runner:
@@ -36,36 +38,46 @@ class Runner:
             self._hf = hf_cb_model(self.model.config, self.settings.weights, self.settings.seed)
         return self._hf
 
-    def run_engine(self, name: str, requests: list[Request]) -> tuple[EngineRun, dict]:
-        """Warm up on the longest request alone (its timings are the solo baseline), then
-        serve the trace on a fresh engine."""
+    def _server(self, name: str) -> tuple[Callable[[list[Request]], EngineRun], str]:
+        """(serve a list of requests on a fresh engine, the label of the network that runs)."""
         s = self.settings
-        longest = max(requests, key=lambda r: (r.max_new_tokens, len(r.prompt)))
-        solo_req = [replace(longest, arrival_s=0.0)]
         if name == "hf_cb":
             model, label = self.hf()
-            solo = run_hf_cb(model, solo_req, s.cb_sizing, s.sampling)
-            run = run_hf_cb(model, requests, s.cb_sizing, s.sampling)
-        else:
-            label = "gpt-neox (ours)"
-            policy = policy_for(name, s.max_concurrent, s.window_s)
+            return (lambda reqs: run_hf_cb(model, reqs, s.cb_sizing, s.sampling)), label
+        policy = policy_for(name, s.max_concurrent, s.window_s)
+        return (lambda reqs: Engine(self.model, policy, s.slots, s.max_seq_len, s.sampling,
+                                    self.control).run(reqs)), "gpt-neox (ours)"
 
-            def engine() -> Engine:
-                return Engine(self.model, policy, s.slots, s.max_seq_len, s.sampling,
-                              self.control)
-
-            solo = engine().run(solo_req)
-            run = engine().run(requests)
-        summary = summarize(run, solo_timing(solo))
-        summary["model"] = label
-        return run, summary
+    def run_engines(self, engines: list[str], requests: list[Request]
+                    ) -> dict[str, tuple[EngineRun, dict]]:
+        """Every engine warms up on the longest request alone (its timings are the solo
+        baseline), then serves the trace on a fresh engine, `repeats` rounds of every engine
+        in turn (a stall of a shared machine hits one round, not one engine's every run);
+        each engine's run with the median total time is kept."""
+        longest = max(requests, key=lambda r: (r.max_new_tokens, len(r.prompt)))
+        solo_req = [replace(longest, arrival_s=0.0)]
+        servers = {name: self._server(name) for name in engines}
+        solos = {name: serve(solo_req) for name, (serve, _) in servers.items()}
+        timed: dict[str, list[EngineRun]] = {name: [] for name in engines}
+        for _ in range(max(self.settings.repeats, 1)):
+            for name, (serve, _) in servers.items():
+                timed[name].append(serve(requests))
+        out = {}
+        for name, runs in timed.items():
+            runs.sort(key=lambda r: r.total_s)
+            run = runs[len(runs) // 2]
+            summary = summarize(run, solo_timing(solos[name]))
+            summary.update(model=servers[name][1], repeats=len(runs),
+                           total_s_min=runs[0].total_s, total_s_max=runs[-1].total_s)
+            out[name] = run, summary
+        return out
 
     def run_all(self, engines: list[str], requests: list[Request], gap_ms: float
                 ) -> tuple[list[dict], list[dict]]:
         """(summary rows, per-request rows) for every engine on this trace."""
         runs, rows = {}, []
-        for name in engines:
-            runs[name], summary = self.run_engine(name, requests)
+        for name, (run, summary) in self.run_engines(engines, requests).items():
+            runs[name] = run
             rows.append({"gap_ms": gap_ms, **summary})
         reference = "sequential" if "sequential" in runs else engines[0]
         ref_tokens = [r["tokens"] for r in runs[reference].records]

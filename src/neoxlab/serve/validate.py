@@ -22,7 +22,7 @@ def validate_serve(cfg: Config) -> list[str]:
         errors.append(f"serve.engines={list(s.engines)}: {bad or 'empty'} not among "
                       f"{list(ENGINES)}; list engines from that set")
     for name in ("num_requests", "slots", "max_seq_len", "prompt_len_min", "output_len_min",
-                 "hf_cb_num_blocks", "hf_cb_max_batch_tokens", "hf_cb_page_size"):
+                 "hf_cb_num_blocks", "hf_cb_max_batch_tokens", "hf_cb_page_size", "repeats"):
         if getattr(s, name) < 1:
             errors.append(f"serve.{name}={getattr(s, name)} must be >= 1; use a positive integer")
     for name in ("mean_gap_ms", "batch_window_ms"):
@@ -73,9 +73,13 @@ def validate_serve(cfg: Config) -> list[str]:
     if "hf_cb" in s.engines and p.tp > 1:
         errors.append(f"engine hf_cb runs in one process, but parallel.tp={p.tp}; drop hf_cb "
                       "from serve.engines or use tp=1")
-    if not (s.weights == "random" or s.weights.startswith("hf:")):
-        errors.append(f"serve.weights='{s.weights}' is not 'random' or 'hf:<GPT-NeoX dir>' "
-                      "(training-run checkpoints are not loadable yet)")
+    if not (s.weights == "random" or s.weights.startswith(("hf:", "run:"))):
+        errors.append(f"serve.weights='{s.weights}' is not 'random', 'hf:<GPT-NeoX dir>' or "
+                      "'run:<training run dir>'; use one of those")
+    elif s.weights.startswith("run:"):
+        from neoxlab.serve.run_weights import validate_run_weights
+
+        errors += validate_run_weights(s.weights, m)
     elif s.weights.startswith("hf:"):
         from pathlib import Path
 

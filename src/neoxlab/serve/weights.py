@@ -1,9 +1,11 @@
-"""Where the serve model's weights come from: seeded init, or a transformers GPT-NeoX dir.
+"""Where the serve model's weights come from: seeded init, a transformers GPT-NeoX dir, or a
+training run's checkpoint.
 
 `random` builds the layers with the training seeds (train.seed), so it is the model a
 training run starts from. `hf:<dir>` loads a GPTNeoXForCausalLM checkpoint (local dir,
 nothing downloaded) and shards it over TP with the training loader (hf_convert).
-TODO: `run:<run dir>` once training checkpoints land (no checkpoint issue is done yet).
+`run:<run dir>` loads the newest usable checkpoint of a builtin training run, resharded
+from the training TP to the serve TP (run_weights).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from neoxlab.config import ConfigError, ModelConfig
 from neoxlab.layout import padded_vocab_size
 from neoxlab.model.hf_convert import load_into_pipeline
 from neoxlab.serve.model import ServeModel
+from neoxlab.serve.run_weights import find_checkpoint, load_run_weights, run_dir_of
 
 
 def hf_dir(weights: str) -> Path | None:
@@ -56,19 +59,24 @@ def model_config_from_hf(path: Path, base: ModelConfig) -> ModelConfig:
 def build_serve_model(
     model: ModelConfig, weights: str, seed: int, tp: int, tp_rank: int, max_seq_len: int
 ) -> ServeModel:
-    """The serve model for this TP rank, in eval mode."""
-    path = hf_dir(weights)
+    """The serve model for this TP rank, in eval mode; `source` says where its weights came
+    from (for a run: which checkpoint)."""
+    path, run_dir = hf_dir(weights), run_dir_of(weights)
     if path is not None:
         model = model_config_from_hf(path, model)
+    elif run_dir is None and weights != "random":
+        raise ConfigError(
+            f"serve.weights='{weights}' is not 'random', 'hf:<GPT-NeoX dir>' or "
+            "'run:<training run dir>'; use one of those")
+    checkpoint = find_checkpoint(run_dir, model) if run_dir is not None else None
     serve = ServeModel(model, tp, seed, max_seq_len)
+    serve.source = weights if weights != "random" else f"random (seed {seed})"
     if path is not None:
         from transformers import GPTNeoXForCausalLM
 
         hf = GPTNeoXForCausalLM.from_pretrained(path, dtype=torch.float32).state_dict()
         load_into_pipeline(serve, hf, model, tp_rank, tp, padded_vocab_size(model, tp))
-    elif weights != "random":
-        raise ConfigError(
-            f"serve.weights='{weights}' is not 'random' or 'hf:<dir>'; training-run "
-            "checkpoints are not loadable yet"
-        )
+    elif checkpoint is not None:
+        load_run_weights(serve, checkpoint, tp, tp_rank)
+        serve.source = checkpoint.describe()
     return serve.eval()
