@@ -100,6 +100,7 @@ class StepRunner:
         batches = self.batches(step)
         if self.patch is not None:
             self.patch.begin_step()
+        lr = self.engine.get_lr()[0]  # the rate this step applies (the scheduler steps inside)
         start = time.perf_counter()
         loss = self.engine.train_batch(data_iter=batches)
         elapsed = time.perf_counter() - start
@@ -108,7 +109,7 @@ class StepRunner:
         layout, cfg = self.layout, self.cfg
         grad_norm = self.engine.get_global_grad_norm()
         record = metrics.step_record(
-            step=step, iteration_s=elapsed, loss=float(loss), lr=self.engine.get_lr()[0],
+            step=step, iteration_s=elapsed, loss=float(loss), lr=lr,
             grad_norm=None if grad_norm is None else float(grad_norm),
             global_batch=layout.global_batch, seq_length=cfg.model.seq_length,
             hardware_flops=self.hardware_flops, model_flops=self.model_flops,
