@@ -23,7 +23,7 @@ from neoxlab.results import COMM_FIELDS, STEP_FIELDS, Malformed, Run, find_run_d
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BASELINE = "none"
-NOT_EXPERIMENTS = {"tables", "figures"}
+NOT_EXPERIMENTS = {"tables", "figures", "predictions", "calibration"}
 CONTEXT = ["model", "gpus"]  # what must match for two schemes to be compared
 
 

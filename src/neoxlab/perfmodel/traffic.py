@@ -1,0 +1,132 @@
+"""What one training step sends: messages per dimension from the model shape and layout.
+
+Counts follow the builtin engine (megatron-core TP layers in a DeepSpeed pipeline) and were
+checked against the comm accounting of real runs (tests/unit/test_perfmodel.py):
+
+- TP, per transformer layer and micro-batch: the forward all-reduces after the row-parallel
+  attention and MLP outputs (2; GPT-NeoX with parallel residual reduces their sum once: 1),
+  the same again when activation checkpointing recomputes the forward, and 2 in backward
+  (the inputs of the column-parallel QKV and MLP projections). The last stage adds the LM
+  head's backward all-reduce and 3 small all-reduces of vocab-parallel cross entropy; the
+  first stage the embedding's forward all-reduce. With TP and PP, stage boundaries carry
+  1/tp of an activation and the receiving stage all-gathers it over TP (2 per micro-batch).
+- PP, per micro-batch on the critical path: the activation forward and its gradient back.
+- DP: one all-reduce of the stage's gradients per step (DeepSpeed's ZeRO-1 reduces buckets
+  with all-reduce), then with ZeRO >= 1 an all-gather of the updated parameters.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from neoxlab.config import Config
+from neoxlab.layout import Layout, estimate_memory
+
+HALF = ("fp16", "bf16")
+CE_ALLREDUCES = 3  # max logit, target logit, sum of exponentials (fp32, one per token)
+
+
+@dataclass(frozen=True)
+class Message:
+    """`count` calls of one collective of `nbytes` (uncompressed, per rank) over `group`."""
+
+    dim: str  # tp | pp | dp | zero
+    op: str  # all_reduce | all_gather | p2p
+    nbytes: float  # all_reduce: the buffer; all_gather: the gathered output; p2p: the payload
+    group: int  # ranks in the group (2 for p2p)
+    count: float
+    per: str  # "microbatch" (on the critical path of every pipeline slot) or "step"
+    float_bits: int  # element width, for compression ratios
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Per-rank sizes of the busiest pipeline stage."""
+
+    layers: int  # transformer layers on the stage
+    activation_bytes: float  # one [micro_batch, seq, hidden] tensor
+    stage_params: int  # parameters one rank holds (stage / tp)
+    act_bits: int
+    grad_bits: int
+
+
+def stage_shape(cfg: Config, layout: Layout) -> Shape:
+    half = cfg.train.precision in HALF
+    bits = 16 if half else 32
+    m = cfg.model
+    act = layout.micro_batch * m.seq_length * m.hidden_size * bits / 8
+    params = estimate_memory(cfg, layout).params_per_device
+    return Shape(math.ceil(m.num_layers / layout.pp), act, params, bits, bits)
+
+
+def forward_allreduces_per_layer(cfg: Config) -> int:
+    """GPT-NeoX reduces attention + MLP once with parallel residual; the builtin model twice."""
+    if cfg.engine.name == "neox" and cfg.model.parallel_residual:
+        return 1
+    return 2
+
+
+def messages(cfg: Config, layout: Layout) -> list[Message]:
+    shape = stage_shape(cfg, layout)
+    out: list[Message] = []
+    out += _tensor_parallel(cfg, layout, shape)
+    out += _pipeline(layout, shape)
+    out += _data_parallel(cfg, layout, shape)
+    return out
+
+
+def _tensor_parallel(cfg: Config, layout: Layout, shape: Shape) -> list[Message]:
+    tp = layout.tp
+    if tp == 1:
+        return []
+    fwd = forward_allreduces_per_layer(cfg)
+    per_layer = fwd * (2 if cfg.parallel.activation_checkpointing else 1) + 2
+    # the busiest stage's extras: the last stage's head backward (the first stage's
+    # embedding forward when pp == 1 too) and cross entropy's small fp32 all-reduces
+    edge = 1 if layout.pp > 1 else 2
+    tokens = layout.micro_batch * cfg.model.seq_length
+    act, bits = shape.activation_bytes, shape.act_bits
+    out = [
+        Message("tp", "all_reduce", act, tp, shape.layers * per_layer + edge, "microbatch",
+                bits),
+        Message("tp", "all_reduce", tokens * 4, tp, CE_ALLREDUCES, "microbatch", 32),
+    ]
+    if layout.pp > 1:
+        out.append(Message("tp", "all_gather", act, tp, 2, "microbatch", bits))
+    return out
+
+
+def _pipeline(layout: Layout, shape: Shape) -> list[Message]:
+    if layout.pp == 1:
+        return []
+    payload = shape.activation_bytes / layout.tp  # DeepSpeed partitions it over TP
+    return [Message("pp", "p2p", payload, 2, 2, "microbatch", shape.act_bits)]
+
+
+def _data_parallel(cfg: Config, layout: Layout, shape: Shape) -> list[Message]:
+    dp = layout.dp
+    if dp == 1:
+        return []
+    z = cfg.zero
+    grad_bytes = shape.stage_params * shape.grad_bits / 8
+    out = _buckets("dp", "all_reduce", grad_bytes, z.reduce_bucket_size, shape.grad_bits, dp)
+    if z.stage >= 1:
+        weight_bytes = shape.stage_params * shape.act_bits / 8
+        out += _buckets("zero", "all_gather", weight_bytes, z.allgather_bucket_size,
+                        shape.act_bits, dp)
+    return out
+
+
+def _buckets(dim: str, op: str, nbytes: float, bucket_elems: int, bits: int, group: int
+             ) -> list[Message]:
+    """DeepSpeed cuts the flat buffer into buckets of bucket_elems elements."""
+    bucket_bytes = bucket_elems * bits / 8
+    full = int(nbytes // bucket_bytes)
+    out = []
+    if full:
+        out.append(Message(dim, op, bucket_bytes, group, full, "step", bits))
+    rest = nbytes - full * bucket_bytes
+    if rest > 0:
+        out.append(Message(dim, op, rest, group, 1, "step", bits))
+    return out
