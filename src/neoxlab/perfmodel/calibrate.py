@@ -8,9 +8,10 @@
 2. codecs: encode/decode throughput and per-call cost of zfp and mpc, timed in this process
    on one thread (the ranks' setting) at a small and a large message; mpc's ratio on the
    same data;
-3. compute: the achievable rate and the per-layer-per-micro-batch framework overhead,
-   fitted (least squares, both >= 0) so that the model, holding 1. and 2., reproduces the
-   measured median step time of calibration runs (run dirs with summary.json).
+3. compute: the achievable rate, the per-layer-per-micro-batch and the per-step framework
+   overheads, fitted (least squares, all >= 0) so that the model, holding 1. and 2.,
+   reproduces the measured median step times of calibration runs (run dirs with
+   summary.json); three runs that differ in FLOPs, layers x micro-batches and steps fix them.
 
 Output: <results>/calibration/local.json: {"profile": {...}, "measured": {...}}; the local
 cluster profile names that file, so local predictions use it.
@@ -112,12 +113,16 @@ def measure_codec(spec: str, small: int = 4096, large: int = 1 << 20, repeats: i
     return profile, raw
 
 
-FIT_PARAMS = ("inv_rate", "layer_overhead_us")
+FIT_PARAMS = ("inv_rate", "layer_overhead_us", "step_overhead_us")
 
 
-def _with(profile: PerfProfile, inv_rate: float, layer_us: float) -> PerfProfile:
-    rate = 1.0 / inv_rate if inv_rate > 0 else 1e30
-    return dataclasses.replace(profile, achievable_tflops=rate, layer_overhead_us=layer_us)
+def _with(profile: PerfProfile, values: dict[str, float]) -> PerfProfile:
+    """The profile with fitted parameters; inv_rate is 1 / achievable TFLOPS."""
+    changes = {k: v for k, v in values.items() if k != "inv_rate"}
+    if "inv_rate" in values:
+        inv = values["inv_rate"]
+        changes["achievable_tflops"] = 1.0 / inv if inv > 0 else 1e30
+    return dataclasses.replace(profile, **changes)
 
 
 def _step(cfg: Config, profile: PerfProfile) -> float:
@@ -126,40 +131,42 @@ def _step(cfg: Config, profile: PerfProfile) -> float:
     return _predict(cfg, resolve_layout(cfg), profile, "calibration").step_s
 
 
-def fit_compute(runs: list[tuple[Config, float]], profile: PerfProfile) -> PerfProfile:
-    """Least squares for 1/rate and the layer overhead, both >= 0; the step time is linear
-    in each, so three predictions per run give its row of the linear system."""
+def fit_compute(runs: list[tuple[Config, float]], profile: PerfProfile,
+                params: tuple[str, ...] = FIT_PARAMS) -> PerfProfile:
+    """Least squares for `params` (all >= 0). The step time is linear in each of them, so
+    one prediction with all at 0 and one per parameter at 1 give a run's row."""
+    zero = {name: 0.0 for name in params}
     rows, rhs = [], []
     for cfg, measured in runs:
-        base = _step(cfg, _with(profile, 0.0, 0.0))
-        per_inv_rate = _step(cfg, _with(profile, 1.0, 0.0)) - base
-        per_layer_us = _step(cfg, _with(profile, 0.0, 1.0)) - base
-        rows.append([per_inv_rate, per_layer_us])
+        base = _step(cfg, _with(profile, zero))
+        rows.append([_step(cfg, _with(profile, {**zero, name: 1.0})) - base for name in params])
         rhs.append(measured - base)
-    a, b = np.array(rows), np.array(rhs)
-    x = _nonnegative_lstsq(a, b)
-    if x[0] <= 0:
+    x = _nonnegative_lstsq(np.array(rows), np.array(rhs))
+    fitted = dict(zip(params, (float(v) for v in x), strict=True))
+    if "inv_rate" in fitted and fitted["inv_rate"] <= 0:
         raise ConfigError(
             "calibration runs do not determine the compute rate (their fitted share of compute "
             "is <= 0); include a compute-heavy run, e.g. neox_small data parallel"
         )
-    return _with(profile, float(x[0]), float(x[1]))
+    return _with(profile, fitted)
 
 
 def _nonnegative_lstsq(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    x = np.linalg.lstsq(a, b, rcond=None)[0]
-    if (x >= 0).all():
-        return x
-    best = None
-    for keep in range(a.shape[1]):  # one parameter alone (the other at 0)
-        col = a[:, keep]
-        value = max(float(col @ b / (col @ col)), 0.0) if col @ col > 0 else 0.0
-        trial = np.zeros(a.shape[1])
-        trial[keep] = value
-        err = float(np.sum((a @ trial - b) ** 2))
-        if best is None or err < best[0]:
-            best = (err, trial)
-    return best[1]
+    """Least squares with x >= 0: the best unconstrained fit over every subset of free
+    parameters (the others at 0) whose solution is non-negative (a few parameters only)."""
+    n = a.shape[1]
+    best_err, best = np.inf, np.zeros(n)
+    for mask in range(1, 2**n):
+        cols = [i for i in range(n) if mask >> i & 1]
+        sub = np.linalg.lstsq(a[:, cols], b, rcond=None)[0]
+        if (sub < 0).any():
+            continue
+        x = np.zeros(n)
+        x[cols] = sub
+        err = float(np.sum((a @ x - b) ** 2))
+        if err < best_err - 1e-15:
+            best_err, best = err, x
+    return best
 
 
 def measured_step(run_dir: Path) -> float:

@@ -5,12 +5,13 @@ slots of one micro-batch's forward + backward on the busiest stage:
 
   slot   = compute + overhead + tp + pp + codec(tp, pp)          per micro-batch
   step   = (m + pp - 1) slot + (1 - dp_overlap) dp + (1 - zero_overlap) zero
-           + codec(dp, zero) + step overhead
+           + codec(dp, zero) + step overhead + control all-reduces
 
 compute = FLOPs of the step (metrics.flops_per_iteration) / (world x m) x the stage's share
 of layers / the achievable rate; on CPU clusters with more busy ranks than cores, compute,
 overheads and codecs stretch by busy ranks / cores (see stretch()). The (pp - 1) extra
-slots are reported as `bubble`.
+slots are reported as `bubble`; `overhead` holds the framework overheads and the control
+all-reduces (loss, overflow, norm).
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ def _predict(cfg: Config, layout: Layout, p: PerfProfile, origin: str) -> Predic
     overhead_mb = (p.layer_overhead_us * shape.layers + p.microbatch_overhead_us) * 1e-6 * k
 
     links = {dim: ("inter" if crosses_nodes(layout, dim, cfg.cluster.ranks_per_node)
-                   else "intra") for dim in ("tp", "pp", "dp", "zero")}
+                   else "intra") for dim in ("tp", "pp", "dp", "zero", "control")}
     per_dim = {dim: costs.ZERO for dim in links}
     per_mb = {dim: costs.ZERO for dim in links}
     notes: list[str] = []
@@ -112,7 +113,7 @@ def _predict(cfg: Config, layout: Layout, p: PerfProfile, origin: str) -> Predic
     dp_s = per_dim["dp"].comm_s * (1 - p.dp_overlap)
     zero_s = per_dim["zero"].comm_s * (1 - p.zero_overlap)
     codec_step = per_dim["dp"].codec_s + per_dim["zero"].codec_s
-    step_overhead = p.step_overhead_us * 1e-6 * k
+    step_overhead = p.step_overhead_us * 1e-6 * k + per_dim["control"].comm_s
     breakdown = {
         "compute": m * compute_mb,
         "overhead": m * overhead_mb + step_overhead,

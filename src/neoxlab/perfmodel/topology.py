@@ -16,12 +16,14 @@ def _rank(layout: Layout, p: int, d: int, m: int) -> int:
 
 
 def groups(layout: Layout, dim: str) -> list[list[int]]:
-    """Every group of `dim` (tp, dp/zero, or pp stage pairs) as lists of global ranks."""
+    """Every group of `dim` (tp, dp/zero, pp stage pairs, control: the world) as rank lists."""
     tp, pp, dp = layout.tp, layout.pp, layout.dp
     if dim == "tp":
         return [[_rank(layout, p, d, m) for m in range(tp)] for p in range(pp) for d in range(dp)]
     if dim in ("dp", "zero"):
         return [[_rank(layout, p, d, m) for d in range(dp)] for p in range(pp) for m in range(tp)]
+    if dim == "control":
+        return [list(range(layout.world_size))]
     if dim == "pp":
         return [[_rank(layout, p, d, m), _rank(layout, p + 1, d, m)]
                 for p in range(pp - 1) for d in range(dp) for m in range(tp)]

@@ -13,6 +13,8 @@ checked against the comm accounting of real runs (tests/unit/test_perfmodel.py):
 - PP, per micro-batch on the critical path: the activation forward and its gradient back.
 - DP: one all-reduce of the stage's gradients per step (DeepSpeed's ZeRO-1 reduces buckets
   with all-reduce), then with ZeRO >= 1 an all-gather of the updated parameters.
+- control: a few scalar all-reduces per step (loss, overflow check, gradient norm; about 3
+  per rank in the accounting of local runs), latency only, never compressed.
 """
 
 from __future__ import annotations
@@ -25,13 +27,14 @@ from neoxlab.layout import Layout, estimate_memory
 
 HALF = ("fp16", "bf16")
 CE_ALLREDUCES = 3  # max logit, target logit, sum of exponentials (fp32, one per token)
+CONTROL_ALLREDUCES = 3  # per step: loss, overflow check, gradient norm (scalars)
 
 
 @dataclass(frozen=True)
 class Message:
     """`count` calls of one collective of `nbytes` (uncompressed, per rank) over `group`."""
 
-    dim: str  # tp | pp | dp | zero
+    dim: str  # tp | pp | dp | zero | control
     op: str  # all_reduce | all_gather | p2p
     nbytes: float  # all_reduce: the buffer; all_gather: the gathered output; p2p: the payload
     group: int  # ranks in the group (2 for p2p)
@@ -73,6 +76,9 @@ def messages(cfg: Config, layout: Layout) -> list[Message]:
     out += _tensor_parallel(cfg, layout, shape)
     out += _pipeline(layout, shape)
     out += _data_parallel(cfg, layout, shape)
+    if layout.world_size > 1:
+        out.append(Message("control", "all_reduce", 8, layout.world_size, CONTROL_ALLREDUCES,
+                           "step", 32))
     return out
 
 
