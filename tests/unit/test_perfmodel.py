@@ -111,6 +111,24 @@ def test_prediction_adds_up_and_uses_the_metrics_definition():
                           "control": "inter"}
 
 
+def test_ranks_sharing_cores_run_at_their_share():
+    # 8 ranks on 2 cores, data parallel (every rank busy all step): each gets 2/8 of a
+    # core, 2/12 with 4 threads of other jobs
+    cfg = compose_experiment("local_3d", ["parallel.tp=1", "parallel.pp=1"])
+    profile = resolve_profile(cfg).profile
+    idle, busy = predict(cfg, profile), predict(cfg, profile, external=4.0)
+    assert busy.step_s == pytest.approx(idle.step_s * 12 / 8)
+    assert idle.slowdown == pytest.approx(8 / 2)
+    # 4 stages x 8 micro-batches on 4 ranks: 4 x 8 / 11 ranks busy on average, so the
+    # critical path runs at 2 / 2.9 of full speed, but the cores cap the CPU work at half
+    pipe = compose_experiment("local_3d", ["parallel.tp=1", "parallel.pp=4",
+                                           "parallel.grad_accum=8", "cluster.ranks_per_node=4"])
+    pred = predict(pipe, profile)
+    assert pred.step_s == max(pred.critical_s, pred.throughput_s)
+    lassen = compose_experiment("baseline_192gpu")  # a GPU per rank: nothing shared
+    assert predict(lassen, external=3.0).step_s == predict(lassen).step_s
+
+
 def test_faster_links_shrink_only_the_communication():
     cfg = compose_experiment("baseline_192gpu")
     base = resolve_profile(cfg).profile
@@ -152,10 +170,15 @@ def test_predict_task_writes_prediction_and_launches_nothing(results_dir):
 
 
 def test_alpha_beta_fit_recovers_known_parameters():
-    alpha, bw, n = 50e-6, 3e9, 4
-    rows = [{"size": s, "avg_us": (2 * (n - 1) * alpha + 2 * (n - 1) / n * s / bw) * 1e6}
-            for s in (1024, 65536, 1 << 20)]
-    fit = fit_alpha_beta(rows, n)
+    alpha, bw, sizes = 50e-6, 3e9, (1024, 65536, 1 << 20)
+
+    def rows(steps, share, stretch):  # times as measured under a stretch
+        return [{"size": s, "avg_us": (steps * alpha + share * s / bw) * stretch * 1e6}
+                for s in sizes]
+
+    sweeps = [("allreduce", 4, rows(6, 1.5, 2.0), 2.0), ("allreduce", 2, rows(2, 1.0, 1.0), 1.0),
+              ("latency", 2, rows(1, 1.0, 3.0), 3.0)]
+    fit = fit_alpha_beta(sweeps)
     assert fit.latency_us == pytest.approx(50.0)
     assert fit.bandwidth_gbs == pytest.approx(3.0)
 
@@ -169,9 +192,9 @@ def test_compute_fit_recovers_known_rate_and_overheads():
                ["parallel.tp=1", "parallel.pp=4", "parallel.grad_accum=8"],
                ["parallel.tp=1", "parallel.pp=1", "parallel.grad_accum=1"]]
     runs = []
-    for overrides in layouts:
+    for overrides, external in zip(layouts, (1.0, 4.0, None), strict=True):
         cfg = compose_experiment("local_3d", [*overrides, "cluster.ranks_per_node=4"])
-        runs.append((cfg, predict(cfg, truth).step_s))
+        runs.append((cfg, predict(cfg, truth, external=external).step_s, external))
     fitted = fit_compute(runs, start)
     assert fitted.achievable_tflops == pytest.approx(0.02, rel=1e-6)
     assert fitted.layer_overhead_us == pytest.approx(3000, rel=1e-6)

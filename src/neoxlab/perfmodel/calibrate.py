@@ -1,10 +1,13 @@
 """Calibrate the local profile from measurements on this machine; write it as JSON.
 
-    python -m neoxlab.perfmodel.calibrate [--results results] [--runs RUN_DIR ...]
+    python -m neoxlab.perfmodel.calibrate [--results results] [--runs RUN_DIR ... | --no-runs]
+
+Without --runs it launches CALIBRATION_RUNS itself (4 local ranks each, a few minutes).
 
 1. links: alpha-beta of gloo (torch.distributed, what local training uses) and of MPI
-   (mpi4py), each fitted to an OSU-style all-reduce sweep of neoxlab.omb under mpiexec:
-   t(M) = 2(n-1) alpha + 2(n-1)/n M / B, least squares over the message sizes;
+   (mpi4py), each fitted to OSU-style sweeps of neoxlab.omb under mpiexec (all-reduce on
+   2 and 4 ranks: t = 2(n-1) alpha + 2(n-1)/n M / B; ping-pong latency: t = alpha + M / B),
+   least squares of the relative error over every message size;
 2. codecs: encode/decode throughput and per-call cost of zfp and mpc, timed in this process
    on one thread (the ranks' setting) at a small and a large message; mpc's ratio on the
    same data;
@@ -12,6 +15,10 @@
    overheads, fitted (least squares, all >= 0) so that the model, holding 1. and 2.,
    reproduces the measured median step times of calibration runs (run dirs with
    summary.json); three runs that differ in FLOPs, layers x micro-batches and steps fix them.
+
+Benchmarks and codec timings are divided by the stretch their threads saw (time runnable /
+time on a core, perfmodel.stretch), and the runs are fitted with the other jobs' threads
+measured during them, so the profile holds values for a core of one's own.
 
 Output: <results>/calibration/local.json: {"profile": {...}, "measured": {...}}; the local
 cluster profile names that file, so local predictions use it.
@@ -34,37 +41,68 @@ from neoxlab import rundir
 from neoxlab.config import Config, ConfigError
 from neoxlab.perfmodel.predict import _predict
 from neoxlab.perfmodel.profile import CodecProfile, LinkProfile, PerfProfile
+from neoxlab.perfmodel.stretch import Sampler, during_steps, this_thread
 
-OMB_SIZES = "1024:1048576"
-OMB_ITERS = ("-i", "30", "-x", "5")
+# The calibration runs (neox_small, data parallel on 4 ranks, overrides of experiment
+# local_3d): micro-batches of 1 and 4 sequences separate the FLOP rate from the per-layer
+# cost, 2 micro-batches a step the per-layer-per-micro-batch cost from the per-step one.
+# tests/integration/test_perfmodel.py validates on other layouts.
+CALIBRATION_RUNS = {
+    "dp4_mb1": ["parallel.micro_batch=1", "parallel.grad_accum=1"],
+    "dp4_mb4": ["parallel.micro_batch=4", "parallel.grad_accum=1"],
+    "dp4_mb2_ga2": ["parallel.micro_batch=2", "parallel.grad_accum=2"],
+}
+CALIBRATION_SETTINGS = ["model=neox_small", "parallel.tp=1", "parallel.pp=1",
+                        "cluster.ranks_per_node=4"]
+RUN_SETTINGS = ["train.steps=14", "train.metrics_warmup_steps=3", "logger.wandb=disabled"]
+OMB_SIZES = "1024:4194304"
+OMB_ITERS = ("-i", "20", "-x", "3")
 CODEC_SPECS = {"zfp": "zfp:rate=8", "mpc": "mpc"}
 DEFAULT_CALIBRATION = Path("calibration") / "local.json"
 
 
-def fit_alpha_beta(rows: list[dict], n: int) -> LinkProfile:
-    """Ring all-reduce model through (size, avg_us) rows of an omb all-reduce sweep."""
-    sizes = np.array([r["size"] for r in rows], dtype=float)
-    secs = np.array([r["avg_us"] for r in rows], dtype=float) * 1e-6
-    slope, intercept = np.polyfit(sizes, secs, 1)
-    latency = max(intercept, 0.0) / (2 * (n - 1))
-    slope = max(slope, 1e-15)
-    bandwidth = 2 * (n - 1) / n / slope / 1e9
-    return LinkProfile(latency_us=latency * 1e6, bandwidth_gbs=bandwidth)
+# (benchmark, ranks) sweeps per backend: all-reduce over 2 and 4 ranks and the ping-pong
+# latency, so that one alpha-beta pair fits TP pairs, wider groups and pipeline p2p alike
+LINK_SWEEPS = (("allreduce", 2), ("allreduce", 4), ("latency", 2))
 
 
-def omb_allreduce(backend: str, ranks: int, timeout: float = 300) -> list[dict]:
-    """One omb all-reduce sweep under mpiexec; the JSON rows of rank 0."""
+def steps_and_bytes(benchmark: str, n: int, size: float) -> tuple[float, float]:
+    """The model's (message steps, bytes through the link) of one omb operation."""
+    if benchmark == "allreduce":
+        return 2 * (n - 1), 2 * (n - 1) / n * size
+    return 1, size  # latency: one-way time of a ping-pong
+
+
+def fit_alpha_beta(sweeps: list[tuple[str, int, list[dict], float]]) -> LinkProfile:
+    """Least squares (relative) of t = steps alpha + bytes / B over every row of every
+    (benchmark, ranks, rows, stretch) sweep; times divided by the sweep's stretch first."""
+    a, b = [], []
+    for benchmark, n, rows, k in sweeps:
+        for row in rows:
+            t = row["avg_us"] * 1e-6 / k
+            steps, nbytes = steps_and_bytes(benchmark, n, row["size"])
+            a.append([steps / t, nbytes / t])  # rows scaled by 1/t: relative errors
+            b.append(1.0)
+    alpha, inv_bw = _nonnegative_lstsq(np.array(a), np.array(b))
+    bandwidth = 1.0 / inv_bw / 1e9 if inv_bw > 0 else float("inf")
+    return LinkProfile(latency_us=float(alpha) * 1e6, bandwidth_gbs=min(bandwidth, 1e6))
+
+
+def omb_sweep(benchmark: str, backend: str, ranks: int, timeout: float = 300
+              ) -> tuple[list[dict], float]:
+    """One omb sweep under mpiexec: rank 0's JSON rows and the ranks' stretch meanwhile."""
     from neoxlab.launch.local import mpiexec_path
 
-    cmd = [mpiexec_path(), "-n", str(ranks), sys.executable, "-m", "neoxlab.omb", "allreduce",
+    cmd = [mpiexec_path(), "-n", str(ranks), sys.executable, "-m", "neoxlab.omb", benchmark,
            "--backend", backend, "--buffer", "torch" if backend == "torch" else "numpy",
            "--format", "json", "-m", OMB_SIZES, *OMB_ITERS]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                          cwd=rundir.REPO_ROOT)
+    with Sampler("neoxlab.omb") as sampler:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                              cwd=rundir.REPO_ROOT)
     if proc.returncode:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
     start = proc.stdout.index("{")
-    return json.loads(proc.stdout[start:])["rows"]
+    return json.loads(proc.stdout[start:])["rows"], sampler.between() or 1.0
 
 
 def _median_time(fn, repeats: int) -> float:
@@ -79,25 +117,18 @@ def _median_time(fn, repeats: int) -> float:
 
 def measure_codec(spec: str, small: int = 4096, large: int = 1 << 20, repeats: int = 7
                   ) -> tuple[CodecProfile, dict]:
-    """Throughput from the large message, per-call cost from the small one (fp32 values)."""
+    """Throughput from the large message, per-call cost from the small one (fp32 values),
+    scaled to a core of its own by this thread's stretch while timing."""
     import torch
 
     from neoxlab.compress import make_compressor
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    codec = make_compressor(spec)
     try:
-        codec = make_compressor(spec)
-        gen = torch.Generator().manual_seed(0)
-        points = {}
-        for nbytes in (small, large):
-            x = torch.randn(nbytes // 4, generator=gen) * 1e-3  # gradient-like values
-            buf = codec.encode(x)
-            points[nbytes] = (
-                _median_time(lambda c=codec, x=x: c.encode(x), repeats),
-                _median_time(lambda c=codec, b=buf: c.decode(b), repeats),
-                x.nbytes / buf.numel(),
-            )
+        with this_thread() as seen:
+            points = {n: _time_codec(codec, n, repeats) for n in (small, large)}
     finally:
         torch.set_num_threads(threads)
     (enc_s, dec_s, _), (enc_l, dec_l, ratio) = points[small], points[large]
@@ -105,12 +136,24 @@ def measure_codec(spec: str, small: int = 4096, large: int = 1 << 20, repeats: i
     enc_gbs = span / max(enc_l - enc_s, 1e-9) / 1e9
     dec_gbs = span / max(dec_l - dec_s, 1e-9) / 1e9
     call = max(0.0, (enc_s - small / (enc_gbs * 1e9) + dec_s - small / (dec_gbs * 1e9)) / 2)
-    lossless = make_compressor(spec).lossless
-    profile = CodecProfile(encode_gbs=enc_gbs, decode_gbs=dec_gbs, call_us=call * 1e6,
-                           ratio=round(ratio, 4) if lossless else None)
-    raw = {"spec": spec, "sizes": [small, large],
+    k = seen[0] or 1.0
+    profile = CodecProfile(encode_gbs=enc_gbs * k, decode_gbs=dec_gbs * k,
+                           call_us=call * 1e6 / k,
+                           ratio=round(ratio, 4) if codec.lossless else None)
+    raw = {"spec": spec, "sizes": [small, large], "stretch": k,
            "encode_s": [enc_s, enc_l], "decode_s": [dec_s, dec_l], "ratio_large": ratio}
     return profile, raw
+
+
+def _time_codec(codec, nbytes: int, repeats: int) -> tuple[float, float, float]:
+    """(encode s, decode s, ratio) of gradient-like fp32 values (seeded)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(nbytes // 4, generator=gen) * 1e-3
+    buf = codec.encode(x)
+    return (_median_time(lambda: codec.encode(x), repeats),
+            _median_time(lambda: codec.decode(buf), repeats), x.nbytes / buf.numel())
 
 
 FIT_PARAMS = ("inv_rate", "layer_overhead_us", "step_overhead_us")
@@ -125,23 +168,39 @@ def _with(profile: PerfProfile, values: dict[str, float]) -> PerfProfile:
     return dataclasses.replace(profile, **changes)
 
 
-def _step(cfg: Config, profile: PerfProfile) -> float:
+def _branches(cfg: Config, profile: PerfProfile, external: float | None) -> tuple[float, float]:
     from neoxlab.layout import resolve_layout
 
-    return _predict(cfg, resolve_layout(cfg), profile, "calibration").step_s
+    pred = _predict(cfg, resolve_layout(cfg), profile, "calibration", external)
+    return pred.critical_s, pred.throughput_s
 
 
-def fit_compute(runs: list[tuple[Config, float]], profile: PerfProfile,
+def _step(cfg: Config, profile: PerfProfile, external: float | None = None) -> float:
+    return max(_branches(cfg, profile, external))
+
+
+def fit_compute(runs: list[tuple[Config, float, float | None]], profile: PerfProfile,
                 params: tuple[str, ...] = FIT_PARAMS) -> PerfProfile:
-    """Least squares for `params` (all >= 0). The step time is linear in each of them, so
-    one prediction with all at 0 and one per parameter at 1 give a run's row."""
+    """Least squares for `params` (all >= 0) over (config, measured step s, external load)
+    runs. A step is the larger of two branches (critical path, CPU work at a share of the
+    cores), each linear in every parameter: one prediction with all at 0 and one per
+    parameter at 1 give a run's row of the branch that binds at the current values;
+    repeated until no run changes branch."""
     zero = {name: 0.0 for name in params}
-    rows, rhs = [], []
-    for cfg, measured in runs:
-        base = _step(cfg, _with(profile, zero))
-        rows.append([_step(cfg, _with(profile, {**zero, name: 1.0})) - base for name in params])
-        rhs.append(measured - base)
-    x = _nonnegative_lstsq(np.array(rows), np.array(rhs))
+    current = profile
+    chosen: list[int] | None = None
+    for _ in range(10):
+        binds = [int(np.argmax(_branches(cfg, current, e))) for cfg, _, e in runs]
+        if binds == chosen:
+            break
+        chosen, rows, rhs = binds, [], []
+        for (cfg, measured, e), b in zip(runs, binds, strict=True):
+            base = _branches(cfg, _with(profile, zero), e)[b]
+            rows.append([_branches(cfg, _with(profile, {**zero, name: 1.0}), e)[b] - base
+                         for name in params])
+            rhs.append(measured - base)
+        x = _nonnegative_lstsq(np.array(rows), np.array(rhs))
+        current = _with(profile, dict(zip(params, (float(v) for v in x), strict=True)))
     fitted = dict(zip(params, (float(v) for v in x), strict=True))
     if "inv_rate" in fitted and fitted["inv_rate"] <= 0:
         raise ConfigError(
@@ -178,40 +237,75 @@ def measured_step(run_dir: Path) -> float:
     return float(value)
 
 
-def calibrate(base: PerfProfile, run_dirs: list[Path], links: bool = True,
-              omb_ranks: int = 4) -> dict:
-    """Every measurement, then the fitted profile; returns the calibration document."""
+def calibrate(base: PerfProfile, runs: list[tuple[Path, float | None]], links: bool = True
+              ) -> dict:
+    """Every measurement, then the fitted profile; returns the calibration document.
+
+    runs: (completed run dir, the other jobs' threads measured during it, or None)."""
     measured: dict = {"host": rundir.provenance(0)["host"],
                       "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     profile = dataclasses.replace(base, calibration=None)
     if links:
-        gloo_rows = omb_allreduce("torch", omb_ranks)
-        mpi_rows = omb_allreduce("mpi", 2)
-        gloo, mpi = fit_alpha_beta(gloo_rows, omb_ranks), fit_alpha_beta(mpi_rows, 2)
-        measured["links"] = {
-            "gloo": {"ranks": omb_ranks, "fit": dataclasses.asdict(gloo), "rows": gloo_rows},
-            "mpi": {"ranks": 2, "fit": dataclasses.asdict(mpi), "rows": mpi_rows},
-            "used": "gloo (torch.distributed on CPU ranks, what local training runs)",
-        }
-        profile = dataclasses.replace(profile, intra=gloo, inter=gloo)
+        measured["links"] = {"used": "gloo (torch.distributed on CPU ranks: local training)"}
+        fitted = {}
+        for name, backend in (("gloo", "torch"), ("mpi", "mpi")):
+            sweeps = [(bench, n, *omb_sweep(bench, backend, n)) for bench, n in LINK_SWEEPS]
+            fitted[name] = fit_alpha_beta(sweeps)
+            measured["links"][name] = {
+                "per_core": dataclasses.asdict(fitted[name]),
+                "sweeps": [{"benchmark": b, "ranks": n, "stretch": k, "rows": rows}
+                           for b, n, rows, k in sweeps]}
+        profile = dataclasses.replace(profile, intra=fitted["gloo"], inter=fitted["gloo"])
     codecs, raw = {}, {}
     for name, spec in CODEC_SPECS.items():
         codecs[name], raw[name] = measure_codec(spec)
     measured["codecs"] = raw
     profile = dataclasses.replace(profile, codecs=codecs)
-    if run_dirs:
-        runs = [(rundir.load_config(d), measured_step(d)) for d in run_dirs]
-        profile = fit_compute(runs, profile)
+    if runs:
+        loaded = [(rundir.load_config(d), measured_step(d), k) for d, k in runs]
+        profile = fit_compute(loaded, profile)
         measured["runs"] = [
-            {"run_dir": str(d), "experiment": cfg.experiment, "measured_step_s": t,
-             "fitted_step_s": _step(cfg, profile)}
-            for d, (cfg, t) in zip(run_dirs, runs, strict=True)
+            {"run_dir": str(d), "experiment": cfg.experiment, "external": k,
+             "measured_step_s": t, "fitted_step_s": _step(cfg, profile, k)}
+            for (d, _), (cfg, t, k) in zip(runs, loaded, strict=True)
         ]
     profile = dataclasses.replace(
         profile, source=f"calibrated on {measured['host']} at {measured['created_at']} by "
         "neoxlab.perfmodel.calibrate (gloo alpha-beta from omb, codecs timed in-process, "
-        "compute rate and layer overhead fitted to calibration runs)")
-    return {"profile": dataclasses.asdict(profile), "measured": measured}
+        "compute rate and overheads fitted to calibration runs; per core)")
+    return {"profile": _plain(dataclasses.asdict(profile)), "measured": _plain(measured)}
+
+
+def _plain(data):
+    """numpy scalars -> Python floats, so the JSON and OmegaConf take them."""
+    if isinstance(data, dict):
+        return {k: _plain(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_plain(v) for v in data]
+    if isinstance(data, np.generic):
+        return data.item()
+    return data
+
+
+def launch_calibration_runs(results: Path) -> list[tuple[Path, float | None]]:
+    """Run CALIBRATION_RUNS one after another, each with the load sampled during its steps."""
+    out = []
+    for name, overrides in CALIBRATION_RUNS.items():
+        root = results / "calibration" / "runs" / name
+        cmd = [sys.executable, "-m", "neoxlab", "experiment=local_3d",
+               f"launch.results_dir={root}", *RUN_SETTINGS, *CALIBRATION_SETTINGS, *overrides]
+        with Sampler("neoxlab.train") as sampler:
+            proc = subprocess.run(cmd, cwd=rundir.REPO_ROOT, capture_output=True, text=True)
+        if proc.returncode:
+            raise RuntimeError(f"calibration run {name} failed:\n{proc.stderr[-2000:]}")
+        run_dir = sorted((root / "local_3d").iterdir())[-1]
+        records = [json.loads(line) for line in
+                   (run_dir / "metrics.jsonl").read_text().splitlines()]
+        cfg = rundir.load_config(run_dir)
+        load = during_steps(sampler, records, cfg.train.metrics_warmup_steps)
+        out.append((run_dir, None if load is None else load.external(cfg.cluster.cores_per_node)))
+        print(f"calibration run {name}: {run_dir}", flush=True)
+    return out
 
 
 def write(doc: dict, path: Path) -> Path:
@@ -225,8 +319,11 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--results", type=Path, default=Path("results"))
-    parser.add_argument("--runs", type=Path, nargs="*", default=[],
-                        help="completed local training run dirs to fit compute and overhead")
+    parser.add_argument("--runs", type=Path, nargs="*", default=None,
+                        help="completed local training run dirs to fit compute and overheads "
+                             "(default: launch CALIBRATION_RUNS)")
+    parser.add_argument("--no-runs", action="store_true",
+                        help="links and codecs only; keep the profile's compute values")
     parser.add_argument("--cluster", default="local", help="cluster config to start from")
     args = parser.parse_args(argv)
     from neoxlab.compose import compose_experiment
@@ -237,7 +334,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: cluster {args.cluster} has no profile to calibrate", file=sys.stderr)
         return 2
     try:
-        doc = calibrate(cfg.cluster.profile, args.runs)
+        if args.no_runs:
+            runs = []
+        elif args.runs is not None:
+            runs = [(d, None) for d in args.runs]
+        else:
+            runs = launch_calibration_runs(args.results)
+        doc = calibrate(cfg.cluster.profile, runs)
     except (ConfigError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

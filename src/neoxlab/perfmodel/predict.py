@@ -8,10 +8,13 @@ slots of one micro-batch's forward + backward on the busiest stage:
            + codec(dp, zero) + step overhead + control all-reduces
 
 compute = FLOPs of the step (metrics.flops_per_iteration) / (world x m) x the stage's share
-of layers / the achievable rate; on CPU clusters with more busy ranks than cores, compute,
-overheads and codecs stretch by busy ranks / cores (see stretch()). The (pp - 1) extra
-slots are reported as `bubble`; `overhead` holds the framework overheads and the control
-all-reduces (loss, overflow, norm).
+of layers / the achievable rate. The (pp - 1) extra slots are reported as `bubble`;
+`overhead` holds the framework overheads and the control all-reduces.
+
+Ranks sharing cores (CPU clusters, `shared_cores`): the profile holds values for a core of
+one's own, and a step is the longer of the critical path, slowed by the share of a core its
+busy ranks get, and an average rank's CPU work (compute, overheads, codecs) at its share of
+the cores (see slowdowns()); idle pipeline stages lend their cores to busy ones.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from neoxlab import metrics
 from neoxlab.config import Config, ConfigError
 from neoxlab.layout import Layout, padded_vocab_size, resolve_layout
 from neoxlab.perfmodel import costs, traffic
-from neoxlab.perfmodel.costs import Codec, Cost
+from neoxlab.perfmodel.costs import Codec
 from neoxlab.perfmodel.profile import LinkProfile, PerfProfile
 from neoxlab.perfmodel.resolve import resolve_profile
 from neoxlab.perfmodel.topology import crosses_nodes
@@ -52,6 +55,10 @@ class Prediction:
     links: dict[str, str]  # dimension -> intra | inter
     profile: str
     notes: list[str] = field(default_factory=list)
+    slowdown: float = 1.0  # step / critical path at full speed (ranks sharing cores: > 1)
+    bound: str = "critical path"  # or "cores": ranks sharing cores, their CPU work bounds it
+    critical_s: float = 0.0  # the critical path, slowed by the ranks' share of the cores
+    throughput_s: float = 0.0  # an average rank's CPU work at its share of the cores
 
     def row(self) -> dict:
         """One flat table row (breakdown as <component>_s columns)."""
@@ -64,38 +71,48 @@ class Prediction:
         return data
 
 
-def predict(cfg: Config, profile: PerfProfile | None = None, origin: str = "") -> Prediction:
-    """Validate (ConfigError on a bad layout or profile), then predict one step."""
+def predict(cfg: Config, profile: PerfProfile | None = None, origin: str = "",
+            external: float | None = None) -> Prediction:
+    """Validate (ConfigError on a bad layout or profile), then predict one step.
+
+    external: threads of other jobs competing for the cores, measured during a run
+    (perfmodel.stretch) on CPU machines shared with other jobs; None: an idle machine."""
     layout = resolve_layout(cfg)
     if profile is None:
         resolved = resolve_profile(cfg)
         profile, origin = resolved.profile, resolved.origin
-    return _predict(cfg, layout, profile, origin)
+    return _predict(cfg, layout, profile, origin, external)
 
 
-def stretch(cfg: Config, layout: Layout, profile: PerfProfile) -> float:
-    """How much slower a rank runs when ranks share cores (1 on devices of their own).
-
-    A stage idles in pp - 1 of the m + pp - 1 slots (gloo waits sleep), so on average
-    ranks x m / (m + pp - 1) ranks of a node want a core at once."""
-    c = cfg.cluster
+def slowdowns(cfg: Config, layout: Layout, profile: PerfProfile, external: float | None
+              ) -> tuple[float, float]:
+    """(critical path, throughput) slowdowns of ranks sharing cores; (1, 1) with a device
+    per rank. Competing threads: the node's ranks that are busy (a stage idles in pp - 1 of
+    the m + pp - 1 slots; gloo waits sleep) plus `external` ones; each gets
+    cores / competitors of a core."""
     if not profile.shared_cores:
-        return 1.0
+        return 1.0, 1.0
+    c = cfg.cluster
+    cores = max(c.cores_per_node, 1)
+    ranks = min(c.ranks_per_node, layout.world_size)
     m, pp = layout.grad_accum, layout.pp
-    busy = min(c.ranks_per_node, layout.world_size) * m / (m + pp - 1)
-    return max(1.0, busy / max(c.cores_per_node, 1))
+    others = max(external or 0.0, 0.0)
+    busy = ranks * m / (m + pp - 1)
+    return max(1.0, (busy + others) / cores), max(1.0, (ranks + others) / cores)
 
 
-def _predict(cfg: Config, layout: Layout, p: PerfProfile, origin: str) -> Prediction:
+def _predict(cfg: Config, layout: Layout, p: PerfProfile, origin: str,
+             external: float | None = None) -> Prediction:
     m, pp = layout.grad_accum, layout.pp
-    k = stretch(cfg, layout, p)
     shape = traffic.stage_shape(cfg, layout)
     vocab = padded_vocab_size(cfg.model, layout.tp)
     flops = metrics.flops_per_iteration(cfg.model, layout.global_batch, vocab,
                                         cfg.parallel.activation_checkpointing)
-    imbalance = shape.layers * pp / cfg.model.num_layers  # busiest stage / average stage
-    compute_mb = flops / (layout.world_size * m) * imbalance / (p.achievable_tflops * 1e12) * k
-    overhead_mb = (p.layer_overhead_us * shape.layers + p.microbatch_overhead_us) * 1e-6 * k
+    compute_avg = flops / (layout.world_size * m) / (p.achievable_tflops * 1e12)
+    compute_mb = compute_avg * shape.layers * pp / cfg.model.num_layers  # busiest stage
+    overhead_mb = (p.layer_overhead_us * shape.layers + p.microbatch_overhead_us) * 1e-6
+    overhead_avg = (p.layer_overhead_us * cfg.model.num_layers / pp
+                    + p.microbatch_overhead_us) * 1e-6
 
     links = {dim: ("inter" if crosses_nodes(layout, dim, cfg.cluster.ranks_per_node)
                    else "intra") for dim in ("tp", "pp", "dp", "zero", "control")}
@@ -105,33 +122,39 @@ def _predict(cfg: Config, layout: Layout, p: PerfProfile, origin: str) -> Predic
     for msg in traffic.messages(cfg, layout):
         link: LinkProfile = getattr(p, links[msg.dim])
         cost = costs.message_cost(msg, link, codec_for(cfg, p, msg, notes)).scaled(msg.count)
-        cost = Cost(cost.comm_s, cost.codec_s * k)
         target = per_mb if msg.per == "microbatch" else per_dim
         target[msg.dim] = target[msg.dim] + cost
     codec_mb = per_mb["tp"].codec_s + per_mb["pp"].codec_s
     slot = compute_mb + overhead_mb + per_mb["tp"].comm_s + per_mb["pp"].comm_s + codec_mb
-    dp_s = per_dim["dp"].comm_s * (1 - p.dp_overlap)
-    zero_s = per_dim["zero"].comm_s * (1 - p.zero_overlap)
     codec_step = per_dim["dp"].codec_s + per_dim["zero"].codec_s
-    step_overhead = p.step_overhead_us * 1e-6 * k + per_dim["control"].comm_s
+    step_cpu = p.step_overhead_us * 1e-6
     breakdown = {
         "compute": m * compute_mb,
-        "overhead": m * overhead_mb + step_overhead,
+        "overhead": m * overhead_mb + step_cpu + per_dim["control"].comm_s,
         "tp": m * per_mb["tp"].comm_s,
         "pp": m * per_mb["pp"].comm_s,
         "bubble": (pp - 1) * slot,
-        "dp": dp_s,
-        "zero": zero_s,
+        "dp": per_dim["dp"].comm_s * (1 - p.dp_overlap),
+        "zero": per_dim["zero"].comm_s * (1 - p.zero_overlap),
         "codec": m * codec_mb + codec_step,
     }
-    step = sum(breakdown.values())
+    slow_path, slow_cores = slowdowns(cfg, layout, p, external)
+    critical = sum(breakdown.values()) * slow_path
+    # ranks sharing cores: the CPU work of an average rank at its share of the cores
+    work = m * (compute_avg + overhead_avg + codec_mb) + codec_step + step_cpu
+    throughput = work * slow_cores if p.shared_cores else 0.0
+    step = max(critical, throughput)
+    scale = step / sum(breakdown.values())
+    breakdown = {name: value * scale for name, value in breakdown.items()}
     return Prediction(
         experiment=cfg.experiment, scheme=cfg.compression.scheme, model=cfg.model.name,
         gpus=layout.world_size, tp=layout.tp, pp=pp, dp=layout.dp,
         micro_batch=layout.micro_batch, grad_accum=m, global_batch=layout.global_batch,
         step_s=step, tflops_per_gpu=metrics.tflops_per_gpu(flops, step, layout.world_size),
         samples_per_s=layout.global_batch / step, breakdown=breakdown, links=links,
-        profile=origin, notes=sorted(set(notes)),
+        profile=origin, notes=sorted(set(notes)), slowdown=scale,
+        bound="cores" if throughput > critical else "critical path",
+        critical_s=critical, throughput_s=throughput,
     )
 
 
