@@ -68,6 +68,9 @@ def test_alpha_beta_formulas():
     assert costs.plain(ag, LINK) == pytest.approx(3 * 10e-6 + 3 / 4 * 4e6 / 2e9)
     p2p = traffic.Message("pp", "p2p", 4e6, 2, 1, "microbatch", 16)
     assert costs.plain(p2p, LINK) == pytest.approx(10e-6 + 4e6 / 2e9)
+    gloo_like = dataclasses.replace(LINK, p2p_latency_us=1.0)
+    assert costs.plain(p2p, gloo_like) == pytest.approx(1e-6 + 4e6 / 2e9)
+    assert costs.plain(ar, gloo_like) == costs.plain(ar, LINK)
 
 
 def test_compression_divides_bytes_and_pays_the_codec():
@@ -178,9 +181,12 @@ def test_alpha_beta_fit_recovers_known_parameters():
 
     sweeps = [("allreduce", 4, rows(6, 1.5, 2.0), 2.0), ("allreduce", 2, rows(2, 1.0, 1.0), 1.0),
               ("latency", 2, rows(1, 1.0, 3.0), 3.0)]
+    sweeps[2] = ("latency", 2, [{"size": s, "avg_us": (5e-6 + s / bw) * 3.0 * 1e6}
+                                for s in sizes], 3.0)  # p2p: a cheaper latency of its own
     fit = fit_alpha_beta(sweeps)
     assert fit.latency_us == pytest.approx(50.0)
     assert fit.bandwidth_gbs == pytest.approx(3.0)
+    assert fit.p2p_latency_us == pytest.approx(5.0)
 
 
 def test_compute_fit_recovers_known_rate_and_overheads():

@@ -6,8 +6,8 @@ Without --runs it launches CALIBRATION_RUNS itself (4 local ranks each, a few mi
 
 1. links: alpha-beta of gloo (torch.distributed, what local training uses) and of MPI
    (mpi4py), each fitted to OSU-style sweeps of neoxlab.omb under mpiexec (all-reduce on
-   2 and 4 ranks: t = 2(n-1) alpha + 2(n-1)/n M / B; ping-pong latency: t = alpha + M / B),
-   least squares of the relative error over every message size;
+   2 and 4 ranks: t = 2(n-1) alpha + 2(n-1)/n M / B, least squares; ping-pong latency:
+   t = alpha_p2p + M / B);
 2. codecs: encode/decode throughput and per-call cost of zfp and mpc, timed in this process
    on one thread (the ranks' setting) at a small and a large message; mpc's ratio on the
    same data;
@@ -55,14 +55,15 @@ CALIBRATION_RUNS = {
 CALIBRATION_SETTINGS = ["model=neox_small", "parallel.tp=1", "parallel.pp=1",
                         "cluster.ranks_per_node=4"]
 RUN_SETTINGS = ["train.steps=14", "train.metrics_warmup_steps=3", "logger.wandb=disabled"]
-OMB_SIZES = "1024:4194304"
-OMB_ITERS = ("-i", "20", "-x", "3")
+OMB_SIZES = "4096:4194304"
+OMB_ITERS = ("-i", "100", "-x", "10")
 CODEC_SPECS = {"zfp": "zfp:rate=8", "mpc": "mpc"}
 DEFAULT_CALIBRATION = Path("calibration") / "local.json"
 
 
-# (benchmark, ranks) sweeps per backend: all-reduce over 2 and 4 ranks and the ping-pong
-# latency, so that one alpha-beta pair fits TP pairs, wider groups and pipeline p2p alike
+# (benchmark, ranks) sweeps per backend: all-reduce over 2 and 4 ranks fix a collective's
+# step latency and the bandwidth; the ping-pong latency the point-to-point latency (gloo's
+# send/recv path is far cheaper than a step of its all-reduce)
 LINK_SWEEPS = (("allreduce", 2), ("allreduce", 4), ("latency", 2))
 
 
@@ -74,18 +75,27 @@ def steps_and_bytes(benchmark: str, n: int, size: float) -> tuple[float, float]:
 
 
 def fit_alpha_beta(sweeps: list[tuple[str, int, list[dict], float]]) -> LinkProfile:
-    """Least squares (relative) of t = steps alpha + bytes / B over every row of every
-    (benchmark, ranks, rows, stretch) sweep; times divided by the sweep's stretch first."""
-    a, b = [], []
+    """alpha and B by least squares over every row of the all-reduce sweeps, t = steps
+    alpha + bytes / B; the p2p alpha as the median over the latency rows of t - bytes / B.
+    Times are divided by their sweep's stretch (runnable / on-core time) first."""
+    a, b, p2p = [], [], []
     for benchmark, n, rows, k in sweeps:
         for row in rows:
             t = row["avg_us"] * 1e-6 / k
             steps, nbytes = steps_and_bytes(benchmark, n, row["size"])
-            a.append([steps / t, nbytes / t])  # rows scaled by 1/t: relative errors
-            b.append(1.0)
+            if benchmark == "allreduce":
+                a.append([steps, nbytes])
+                b.append(t)
+            else:
+                p2p.append((t, nbytes))
     alpha, inv_bw = _nonnegative_lstsq(np.array(a), np.array(b))
-    bandwidth = 1.0 / inv_bw / 1e9 if inv_bw > 0 else float("inf")
-    return LinkProfile(latency_us=float(alpha) * 1e6, bandwidth_gbs=min(bandwidth, 1e6))
+    bandwidth = min(1.0 / inv_bw / 1e9 if inv_bw > 0 else float("inf"), 1e6)
+    p2p_alpha = None
+    if p2p:
+        p2p_alpha = max(0.0, float(np.median([t - m / (bandwidth * 1e9) for t, m in p2p])))
+        p2p_alpha *= 1e6
+    return LinkProfile(latency_us=float(alpha) * 1e6, bandwidth_gbs=float(bandwidth),
+                       p2p_latency_us=p2p_alpha)
 
 
 def omb_sweep(benchmark: str, backend: str, ranks: int, timeout: float = 300

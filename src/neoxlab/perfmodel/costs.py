@@ -5,7 +5,7 @@ crosses (n ranks, M bytes):
 
   all-reduce (ring)  2(n-1) alpha + 2 (n-1)/n M / B
   all-gather         (n-1) alpha + (n-1)/n M / B        (M: the gathered output)
-  p2p                alpha + M / B
+  p2p                alpha_p2p + M / B   (alpha_p2p: the link's p2p latency, else alpha)
 
 Compressed (src/neoxlab/comm/collectives.py): every payload is M / ratio and is preceded
 by an exchange of sizes (one more latency term per phase); the all-reduce is an all-to-all
@@ -51,9 +51,10 @@ class Cost:
 ZERO = Cost(0.0, 0.0)
 
 
-def wire(link: LinkProfile, steps: float, nbytes: float) -> float:
+def wire(link: LinkProfile, steps: float, nbytes: float, p2p: bool = False) -> float:
     """`steps` message latencies plus `nbytes` through the rank's share of the link."""
-    return steps * link.latency_us * 1e-6 + nbytes / (link.bandwidth_gbs * 1e9)
+    alpha = link.p2p_latency_us if p2p and link.p2p_latency_us is not None else link.latency_us
+    return steps * alpha * 1e-6 + nbytes / (link.bandwidth_gbs * 1e9)
 
 
 def plain(msg: Message, link: LinkProfile) -> float:
@@ -62,7 +63,7 @@ def plain(msg: Message, link: LinkProfile) -> float:
         return wire(link, 2 * (n - 1), 2 * (n - 1) / n * m)
     if msg.op == "all_gather":
         return wire(link, n - 1, (n - 1) / n * m)
-    return wire(link, 1, m)
+    return wire(link, 1, m, p2p=True)
 
 
 def codec_time(p: CodecProfile, enc_bytes: float, enc_calls: float, dec_bytes: float,
@@ -86,7 +87,7 @@ def compressed(msg: Message, link: LinkProfile, codec: Codec) -> Cost:
         comm = wire(link, 2 * (n - 1), (n - 1) / n * m / r)
         enc, enc_calls, dec, dec_calls = m / n, 1, m, n
     else:  # p2p: size, then payload
-        comm = wire(link, 2, m / r)
+        comm = wire(link, 2, m / r, p2p=True)
         enc, enc_calls, dec, dec_calls = m, 1, m, 1
     if codec.error_feedback:  # the residual needs the decoded message too
         dec, dec_calls = dec + m, dec_calls + 1

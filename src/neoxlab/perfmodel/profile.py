@@ -14,9 +14,12 @@ from dataclasses import dataclass, field
 class LinkProfile:
     """Alpha-beta parameters of one kind of link, seen from one rank."""
 
-    latency_us: float = 10.0  # alpha: fixed cost of one message step
+    latency_us: float = 10.0  # alpha: fixed cost of one message step of a collective
     # beta^-1: GB/s (1e9 B/s) one rank gets while every rank of its node uses the link
     bandwidth_gbs: float = 1.0
+    # alpha of a point-to-point send/recv when it differs from a collective's step (gloo);
+    # null: latency_us
+    p2p_latency_us: float | None = None
 
 
 @dataclass
