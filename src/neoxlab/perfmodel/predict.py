@@ -1,14 +1,16 @@
 """Step time of a layout from its traffic, its FLOPs and the cluster profile.
 
-With m micro-batches per step and pp stages, DeepSpeed's 1F1B schedule runs m + pp - 1
-slots of one micro-batch's forward + backward on the busiest stage:
+With m micro-batches per step and pp stages, DeepSpeed's 1F1B schedule runs m slots of one
+micro-batch's forward + backward on the busiest stage, plus one slot of every other stage
+while the pipeline fills and drains (pp - 1 slots when the stages are balanced):
 
   slot   = compute + overhead + tp + pp + codec(tp, pp)          per micro-batch
-  step   = (m + pp - 1) slot + (1 - dp_overlap) dp + (1 - zero_overlap) zero
-           + codec(dp, zero) + step overhead + control all-reduces
+  step   = m slot + sum over the other stages of their slot + (1 - dp_overlap) dp
+           + (1 - zero_overlap) zero + codec(dp, zero) + step overhead + control all-reduces
 
 compute = FLOPs of the step (metrics.flops_per_iteration) / (world x m) x the stage's share
-of layers / the achievable rate. The (pp - 1) extra slots are reported as `bubble`;
+of layers / the achievable rate; another stage's slot is the busiest one's scaled by its
+share of layers. The fill and drain slots are reported as `bubble`;
 `overhead` holds the framework overheads and the control all-reduces.
 
 Ranks sharing cores (CPU clusters, `shared_cores`): the profile holds values for a core of
@@ -133,7 +135,8 @@ def _predict(cfg: Config, layout: Layout, p: PerfProfile, origin: str,
         "overhead": m * overhead_mb + step_cpu + per_dim["control"].comm_s,
         "tp": m * per_mb["tp"].comm_s,
         "pp": m * per_mb["pp"].comm_s,
-        "bubble": (pp - 1) * slot,
+        # 1F1B: the busiest stage paces m slots, every other stage adds its own once
+        "bubble": slot * (sum(shape.stage_layers) - shape.layers) / shape.layers,
         "dp": per_dim["dp"].comm_s * (1 - p.dp_overlap),
         "zero": per_dim["zero"].comm_s * (1 - p.zero_overlap),
         "codec": m * codec_mb + codec_step,

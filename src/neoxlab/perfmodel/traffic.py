@@ -48,6 +48,7 @@ class Shape:
     """Per-rank sizes of the busiest pipeline stage."""
 
     layers: int  # transformer layers on the stage
+    stage_layers: tuple[int, ...]  # layers of every stage (DeepSpeed balances their count)
     activation_bytes: float  # one [micro_batch, seq, hidden] tensor
     stage_params: int  # parameters one rank holds (stage / tp)
     act_bits: int
@@ -60,7 +61,9 @@ def stage_shape(cfg: Config, layout: Layout) -> Shape:
     m = cfg.model
     act = layout.micro_batch * m.seq_length * m.hidden_size * bits / 8
     params = estimate_memory(cfg, layout).params_per_device
-    return Shape(math.ceil(m.num_layers / layout.pp), act, params, bits, bits)
+    base, extra = divmod(m.num_layers, layout.pp)
+    stages = tuple(base + (1 if s < extra else 0) for s in range(layout.pp))
+    return Shape(math.ceil(m.num_layers / layout.pp), stages, act, params, bits, bits)
 
 
 def forward_allreduces_per_layer(cfg: Config) -> int:
