@@ -33,6 +33,9 @@ def test_tp_allreduce_count_matches_the_accounting_of_a_real_run():
     msgs = [m for m in traffic.messages(cfg, resolve_layout(cfg)) if m.dim == "tp"]
     reduces = sum(m.count for m in msgs if m.op == "all_reduce")
     assert reduces == 2 * 4 + 1 + 3
+    # the backward ones (2 a layer + the head's) are async in megatron-core: sent raw
+    raw = sum(m.count for m in msgs if m.op == "all_reduce" and not m.compressible)
+    assert raw == 2 * 2 + 1
     act = 1 * 64 * 64 * 4  # micro_batch x seq x hidden x fp32
     assert {m.nbytes for m in msgs if m.op == "all_reduce"} == {act, 64 * 4}
 

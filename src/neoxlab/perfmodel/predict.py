@@ -165,7 +165,7 @@ def codec_for(cfg: Config, p: PerfProfile, msg: traffic.Message, notes: list[str
               ) -> Codec | None:
     """The dimension's compressor with its ratio on this message's element width."""
     d = cfg.compression.dims.get(msg.dim)
-    if d is None or d.compressor == "none":
+    if d is None or d.compressor == "none" or not msg.compressible:
         return None
     profile = p.codecs.get(d.compressor)
     if profile is None:

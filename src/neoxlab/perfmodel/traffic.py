@@ -6,7 +6,10 @@ checked against the comm accounting of real runs (tests/unit/test_perfmodel.py):
 - TP, per transformer layer and micro-batch: the forward all-reduces after the row-parallel
   attention and MLP outputs (2; GPT-NeoX with parallel residual reduces their sum once: 1),
   the same again when activation checkpointing recomputes the forward, and 2 in backward
-  (the inputs of the column-parallel QKV and MLP projections). The last stage adds the LM
+  (the inputs of the column-parallel QKV and MLP projections). megatron-core issues the
+  backward ones with async_op=True, which neoxlab.comm's patch passes uncompressed (the
+  builtin engine with compression.backend=framework; GPT-NeoX's own layers reduce
+  synchronously and MPI-level compression sees every call). The last stage adds the LM
   head's backward all-reduce and 3 small all-reduces of vocab-parallel cross entropy; the
   first stage the embedding's forward all-reduce. With TP and PP, stage boundaries carry
   1/tp of an activation and the receiving stage all-gathers it over TP (2 per micro-batch).
@@ -41,6 +44,7 @@ class Message:
     count: float
     per: str  # "microbatch" (on the critical path of every pipeline slot) or "step"
     float_bits: int  # element width, for compression ratios
+    compressible: bool = True  # False: issued async, which the framework patch sends raw
 
 
 @dataclass(frozen=True)
@@ -89,16 +93,19 @@ def _tensor_parallel(cfg: Config, layout: Layout, shape: Shape) -> list[Message]
     tp = layout.tp
     if tp == 1:
         return []
-    fwd = forward_allreduces_per_layer(cfg)
-    per_layer = fwd * (2 if cfg.parallel.activation_checkpointing else 1) + 2
-    # the busiest stage's extras: the last stage's head backward (the first stage's
-    # embedding forward when pp == 1 too) and cross entropy's small fp32 all-reduces
-    edge = 1 if layout.pp > 1 else 2
+    forward = forward_allreduces_per_layer(cfg)
+    if cfg.parallel.activation_checkpointing:
+        forward *= 2  # the recomputed forward reduces again
+    raw_backward = (cfg.engine.name == "builtin" and cfg.compression.backend == "framework")
+    # the busiest stage's extras: the last stage's head backward all-reduce (with pp == 1
+    # the first stage's embedding forward one too) and cross entropy's fp32 scalars
     tokens = layout.micro_batch * cfg.model.seq_length
     act, bits = shape.activation_bytes, shape.act_bits
     out = [
-        Message("tp", "all_reduce", act, tp, shape.layers * per_layer + edge, "microbatch",
-                bits),
+        Message("tp", "all_reduce", act, tp, shape.layers * forward + (layout.pp == 1),
+                "microbatch", bits),
+        Message("tp", "all_reduce", act, tp, shape.layers * 2 + 1, "microbatch", bits,
+                compressible=not raw_backward),
         Message("tp", "all_reduce", tokens * 4, tp, CE_ALLREDUCES, "microbatch", 32),
     ]
     if layout.pp > 1:
