@@ -160,6 +160,10 @@ def main(args: list[str] | None = None) -> int:
     try:
         cfg = compose_experiment(name, overrides)
         argv = ["python", "-m", "neoxlab", *args]
+        if cfg.task.name == "predict":  # the performance model instead of a launch
+            from neoxlab.perfmodel.task import run_predict
+
+            return run_predict(cfg, overrides, argv)
         if cfg.runs:
             return run_comparison(cfg, overrides, argv)
         code, _ = run_one(cfg, argv, overrides)

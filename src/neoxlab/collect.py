@@ -26,7 +26,7 @@ from neoxlab.serve_results import ENGINE_FIELDS, REQUEST_FIELDS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BASELINE = "none"
-NOT_EXPERIMENTS = {"tables", "figures"}
+NOT_EXPERIMENTS = {"tables", "figures", "predictions", "calibration"}
 CONTEXT = ["model", "gpus"]  # what must match for two schemes to be compared
 
 

@@ -12,10 +12,12 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
+from neoxlab.perfmodel.profile import PerfProfile
+
 
 @dataclass
 class TaskConfig:
-    name: str = "train"  # train | microbench | serve
+    name: str = "train"  # train | microbench | serve | predict
 
 
 @dataclass
@@ -101,6 +103,7 @@ class ClusterConfig:
     walltime: str = "00:30"  # LSF [HH:]MM, Slurm [D-]HH:MM:SS
     mpi: str = "pmi2"  # srun --mpi plugin (pmi2 | pmix)
     extra: dict[str, str] = field(default_factory=dict)  # more scheduler options, name: value
+    profile: PerfProfile | None = None  # hardware profile for task=predict (perfmodel)
 
 
 @dataclass

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from neoxlab.config import Config, ConfigError, ModelConfig
 
 GIB = 1024**3
-TASKS = ("train", "microbench", "serve")
+TASKS = ("train", "microbench", "serve", "predict")
 PRECISIONS = ("fp32", "fp16", "bf16")
 WANDB_MODES = ("offline", "online", "disabled")
 BACKENDS = ("auto", "gloo", "nccl")

@@ -1,0 +1,204 @@
+"""Step time of a layout from its traffic, its FLOPs and the cluster profile.
+
+With m micro-batches per step and pp stages, DeepSpeed's 1F1B schedule runs m slots of one
+micro-batch's forward + backward on the busiest stage, plus one slot of every other stage
+while the pipeline fills and drains (pp - 1 slots when the stages are balanced):
+
+  slot   = compute + overhead + tp + pp + codec(tp, pp)          per micro-batch
+  step   = m slot + sum over the other stages of their slot + (1 - dp_overlap) dp
+           + (1 - zero_overlap) zero + codec(dp, zero) + step overhead + control all-reduces
+
+compute = FLOPs of the step (metrics.flops_per_iteration) / (world x m) x the stage's share
+of layers / the achievable rate; another stage's slot is the busiest one's scaled by its
+share of layers. The fill and drain slots are reported as `bubble`;
+`overhead` holds the framework overheads and the control all-reduces.
+
+Ranks sharing cores (CPU clusters, `shared_cores`): the profile holds values for a core of
+one's own, and a step is the longer of the critical path, slowed by the share of a core its
+busy ranks get, and an average rank's CPU work (compute, overheads, codecs) at its share of
+the cores (see slowdowns()); idle pipeline stages lend their cores to busy ones.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from neoxlab import metrics
+from neoxlab.config import Config, ConfigError
+from neoxlab.layout import Layout, padded_vocab_size, resolve_layout
+from neoxlab.perfmodel import costs, traffic
+from neoxlab.perfmodel.costs import Codec
+from neoxlab.perfmodel.profile import LinkProfile, PerfProfile
+from neoxlab.perfmodel.resolve import resolve_profile
+from neoxlab.perfmodel.topology import crosses_nodes
+
+COMPONENTS = ("compute", "overhead", "tp", "pp", "bubble", "dp", "zero", "codec")
+# wire bits per value of the fixed-size codecs (zfp: its rate parameter)
+FIXED_BITS = {"fp16": 16, "bf16": 16, "int8": 8, "int4": 4}
+
+
+@dataclass
+class Prediction:
+    experiment: str
+    scheme: str
+    model: str
+    gpus: int
+    tp: int
+    pp: int
+    dp: int
+    micro_batch: int
+    grad_accum: int
+    global_batch: int
+    step_s: float
+    tflops_per_gpu: float
+    samples_per_s: float
+    breakdown: dict[str, float]
+    links: dict[str, str]  # dimension -> intra | inter
+    profile: str
+    notes: list[str] = field(default_factory=list)
+    slowdown: float = 1.0  # step / critical path at full speed (ranks sharing cores: > 1)
+    bound: str = "critical path"  # or "cores": ranks sharing cores, their CPU work bounds it
+    critical_s: float = 0.0  # the critical path, slowed by the ranks' share of the cores
+    throughput_s: float = 0.0  # an average rank's CPU work at its share of the cores
+
+    def row(self) -> dict:
+        """One flat table row (breakdown as <component>_s columns)."""
+        data = asdict(self)
+        data.pop("breakdown")
+        data.pop("notes")
+        links = data.pop("links")
+        data.update({f"{k}_s": v for k, v in self.breakdown.items()})
+        data.update({f"{k}_link": v for k, v in links.items()})
+        return data
+
+
+def predict(cfg: Config, profile: PerfProfile | None = None, origin: str = "",
+            external: float | None = None) -> Prediction:
+    """Validate (ConfigError on a bad layout or profile), then predict one step.
+
+    external: threads of other jobs competing for the cores, measured during a run
+    (perfmodel.stretch) on CPU machines shared with other jobs; None: an idle machine."""
+    layout = resolve_layout(cfg)
+    if profile is None:
+        resolved = resolve_profile(cfg)
+        profile, origin = resolved.profile, resolved.origin
+    return _predict(cfg, layout, profile, origin, external)
+
+
+def slowdowns(cfg: Config, layout: Layout, profile: PerfProfile, external: float | None
+              ) -> tuple[float, float]:
+    """(critical path, throughput) slowdowns of ranks sharing cores; (1, 1) with a device
+    per rank. Competing threads: the node's ranks that are busy (a stage idles in pp - 1 of
+    the m + pp - 1 slots; gloo waits sleep) plus `external` ones; each gets
+    cores / competitors of a core."""
+    if not profile.shared_cores:
+        return 1.0, 1.0
+    c = cfg.cluster
+    cores = max(c.cores_per_node, 1)
+    ranks = min(c.ranks_per_node, layout.world_size)
+    m, pp = layout.grad_accum, layout.pp
+    others = max(external or 0.0, 0.0)
+    busy = ranks * m / (m + pp - 1)
+    return max(1.0, (busy + others) / cores), max(1.0, (ranks + others) / cores)
+
+
+def _predict(cfg: Config, layout: Layout, p: PerfProfile, origin: str,
+             external: float | None = None) -> Prediction:
+    m, pp = layout.grad_accum, layout.pp
+    shape = traffic.stage_shape(cfg, layout)
+    vocab = padded_vocab_size(cfg.model, layout.tp)
+    flops = metrics.flops_per_iteration(cfg.model, layout.global_batch, vocab,
+                                        cfg.parallel.activation_checkpointing)
+    compute_avg = flops / (layout.world_size * m) / (p.achievable_tflops * 1e12)
+    compute_mb = compute_avg * shape.layers * pp / cfg.model.num_layers  # busiest stage
+    overhead_mb = (p.layer_overhead_us * shape.layers + p.microbatch_overhead_us) * 1e-6
+    overhead_avg = (p.layer_overhead_us * cfg.model.num_layers / pp
+                    + p.microbatch_overhead_us) * 1e-6
+
+    links = {dim: ("inter" if crosses_nodes(layout, dim, cfg.cluster.ranks_per_node)
+                   else "intra") for dim in ("tp", "pp", "dp", "zero", "control")}
+    per_dim = {dim: costs.ZERO for dim in links}
+    per_mb = {dim: costs.ZERO for dim in links}
+    notes: list[str] = []
+    for msg in traffic.messages(cfg, layout):
+        link: LinkProfile = getattr(p, links[msg.dim])
+        cost = costs.message_cost(msg, link, codec_for(cfg, p, msg, notes)).scaled(msg.count)
+        target = per_mb if msg.per == "microbatch" else per_dim
+        target[msg.dim] = target[msg.dim] + cost
+    codec_mb = per_mb["tp"].codec_s + per_mb["pp"].codec_s
+    slot = compute_mb + overhead_mb + per_mb["tp"].comm_s + per_mb["pp"].comm_s + codec_mb
+    codec_step = per_dim["dp"].codec_s + per_dim["zero"].codec_s
+    step_cpu = p.step_overhead_us * 1e-6
+    breakdown = {
+        "compute": m * compute_mb,
+        "overhead": m * overhead_mb + step_cpu + per_dim["control"].comm_s,
+        "tp": m * per_mb["tp"].comm_s,
+        "pp": m * per_mb["pp"].comm_s,
+        # 1F1B: the busiest stage paces m slots, every other stage adds its own once
+        "bubble": slot * (sum(shape.stage_layers) - shape.layers) / shape.layers,
+        "dp": per_dim["dp"].comm_s * (1 - p.dp_overlap),
+        "zero": per_dim["zero"].comm_s * (1 - p.zero_overlap),
+        "codec": m * codec_mb + codec_step,
+    }
+    slow_path, slow_cores = slowdowns(cfg, layout, p, external)
+    critical = sum(breakdown.values()) * slow_path
+    # ranks sharing cores: the CPU work of an average rank at its share of the cores
+    work = m * (compute_avg + overhead_avg + codec_mb) + codec_step + step_cpu
+    throughput = work * slow_cores if p.shared_cores else 0.0
+    step = max(critical, throughput)
+    scale = step / sum(breakdown.values())
+    breakdown = {name: value * scale for name, value in breakdown.items()}
+    return Prediction(
+        experiment=cfg.experiment, scheme=cfg.compression.scheme, model=cfg.model.name,
+        gpus=layout.world_size, tp=layout.tp, pp=pp, dp=layout.dp,
+        micro_batch=layout.micro_batch, grad_accum=m, global_batch=layout.global_batch,
+        step_s=step, tflops_per_gpu=metrics.tflops_per_gpu(flops, step, layout.world_size),
+        samples_per_s=layout.global_batch / step, breakdown=breakdown, links=links,
+        profile=origin, notes=sorted(set(notes)), slowdown=scale,
+        bound="cores" if throughput > critical else "critical path",
+        critical_s=critical, throughput_s=throughput,
+    )
+
+
+def codec_for(cfg: Config, p: PerfProfile, msg: traffic.Message, notes: list[str]
+              ) -> Codec | None:
+    """The dimension's compressor with its ratio on this message's element width."""
+    d = cfg.compression.dims.get(msg.dim)
+    if d is None or d.compressor == "none" or not msg.compressible:
+        return None
+    profile = p.codecs.get(d.compressor)
+    if profile is None:
+        raise ConfigError(
+            f"compression.dims.{msg.dim}.compressor='{d.compressor}' has no throughput in "
+            f"cluster '{cfg.cluster.name}' profile (cluster.profile.codecs has "
+            f"{sorted(p.codecs)}); add codecs.{d.compressor} with its source, or predict "
+            "without that compressor"
+        )
+    ratio = codec_ratio(d.compressor, d.params, msg.float_bits, profile.ratio)
+    if ratio <= 1.0:
+        notes.append(f"{msg.dim}: {d.compressor} {d.params} on {msg.float_bits}-bit values "
+                     f"does not shrink them (ratio {ratio:.2f}): sent raw, encode still paid")
+    return Codec(d.compressor, ratio, profile, d.min_bytes,
+                 d.error_feedback and msg.dim == "dp")
+
+
+def codec_ratio(name: str, params: dict, float_bits: int, profile_ratio: float | None
+                ) -> float:
+    if name == "zfp":
+        return float_bits / float(params.get("rate", 16))
+    if name in FIXED_BITS:
+        return float_bits / FIXED_BITS[name]
+    if name == "topk":
+        ratio = float(params.get("ratio", 0.01))  # value + int32 index per kept element
+        return float_bits / (ratio * (float_bits + 32))
+    if profile_ratio is None:
+        raise ConfigError(
+            f"compressor '{name}' has a data-dependent ratio: give codecs.{name}.ratio in the "
+            "cluster profile (with its source, e.g. a bench/compressors.py measurement)"
+        )
+    return profile_ratio
+
+
+def gain_pct(value: float, baseline: float) -> float:
+    return (value / baseline - 1.0) * 100.0 if baseline > 0 else math.nan

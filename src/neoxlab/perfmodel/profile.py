@@ -1,0 +1,56 @@
+"""The hardware profile schema of a cluster (`cluster.profile` in configs/cluster/*.yaml).
+
+Plain dataclasses with defaults only, imported by neoxlab.config; every value in a cluster
+YAML carries its source in a comment. A profile may name a calibration JSON (written by
+`python -m neoxlab.perfmodel.calibrate`) whose values replace the YAML ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class LinkProfile:
+    """Alpha-beta parameters of one kind of link, seen from one rank."""
+
+    latency_us: float = 10.0  # alpha: fixed cost of one message step of a collective
+    # beta^-1: GB/s (1e9 B/s) one rank gets while every rank of its node uses the link
+    bandwidth_gbs: float = 1.0
+    # alpha of a point-to-point send/recv when it differs from a collective's step (gloo);
+    # null: latency_us
+    p2p_latency_us: float | None = None
+
+
+@dataclass
+class CodecProfile:
+    """Throughput of one compressor on this cluster's device."""
+
+    encode_gbs: float = 1.0  # GB/s of uncompressed input
+    decode_gbs: float = 1.0  # GB/s of uncompressed output
+    call_us: float = 0.0  # fixed cost per encode or decode call
+    # compression ratio for codecs whose ratio depends on the data (mpc); null: from the
+    # codec's parameters (zfp rate r: 32/r on fp32, 16/r on fp16/bf16)
+    ratio: float | None = None
+
+
+@dataclass
+class PerfProfile:
+    source: str = ""  # one line: what the values are and where they come from
+    achievable_tflops: float = 0.0  # dense training rate one device reaches (per core on CPUs)
+    intra: LinkProfile = field(default_factory=LinkProfile)  # between ranks of a node
+    inter: LinkProfile = field(default_factory=LinkProfile)  # between nodes
+    codecs: dict[str, CodecProfile] = field(default_factory=dict)
+    # framework costs not in the FLOPs (Python, kernel launches, pipeline instructions)
+    layer_overhead_us: float = 0.0  # per transformer layer and micro-batch (fwd + bwd)
+    microbatch_overhead_us: float = 0.0  # per micro-batch and pipeline stage
+    step_overhead_us: float = 0.0  # per step (optimizer, overflow and norm checks)
+    # overlap assumptions: fraction of each cost hidden behind compute
+    dp_overlap: float = 0.0  # DP gradient reduction behind the backward pass
+    zero_overlap: float = 0.0  # ZeRO-1 parameter all-gather behind the next forward
+    # CPU clusters: ranks share cores, so compute and overheads stretch by
+    # ranks_per_node / cores_per_node when there are more ranks than cores
+    shared_cores: bool = False
+    # a JSON (path relative to launch.results_dir) whose values replace these; missing
+    # file -> the YAML values are used and the prediction says so
+    calibration: str | None = None

@@ -1,0 +1,96 @@
+"""task=predict: compose -> validate -> predict; print a table; nothing is launched.
+
+A single experiment gets a run dir under <results>/predictions/<experiment>/ (frozen config,
+layout, provenance, prediction.json). A comparison (`runs: [...]`) predicts every member
+(each composed with task=predict), writes <results>/tables/<exp>.predicted.{parquet,csv,md}
+and draws analysis/predicted.py's figure; at 192 GPUs on the paper's grid it prints the
+predicted gains beside the published ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from neoxlab import rundir
+from neoxlab.config import Config
+from neoxlab.layout import resolve_layout
+from neoxlab.perfmodel import report
+from neoxlab.perfmodel.predict import Prediction, predict
+from neoxlab.perfmodel.resolve import resolve_profile
+from neoxlab.plan import plan_run
+
+PREDICTIONS_DIR = "predictions"  # under launch.results_dir; `make collect` skips it
+
+
+def members(cfg: Config, overrides: list[str]) -> list[Config]:
+    if not cfg.runs:
+        return [cfg]
+    from neoxlab.compose import compose_experiment
+
+    return [compose_experiment(name, [*overrides, "task=predict"]) for name in cfg.runs]
+
+
+def run_predict(cfg: Config, overrides: list[str], argv: list[str]) -> int:
+    """Every member validated and given a profile before anything is written."""
+    configs = members(cfg, overrides)
+    resolved = []
+    for member in configs:
+        resolve_layout(member)  # ConfigError naming every violated rule
+        resolved.append(resolve_profile(member))
+    preds = [predict(m, r.profile, r.origin) for m, r in zip(configs, resolved, strict=True)]
+    results = Path(cfg.launch.results_dir)
+    for member, pred in zip(configs, preds, strict=True):
+        run_dir = write_prediction(member, pred, argv, results)
+        print(f"[neoxlab] prediction: {run_dir / 'prediction.json'}", flush=True)
+    frame = report.table(preds)
+    print(f"[neoxlab] profile: {resolved[0].origin}", flush=True)
+    print(report.format_table(frame), flush=True)
+    for note in sorted({n for p in preds for n in p.notes}):
+        print(f"[neoxlab] note: {note}", flush=True)
+    if not cfg.runs:
+        return 0
+    write_tables(frame, results / "tables", cfg.experiment)
+    by_name = {m.experiment: m for m in configs}
+    text = report.published_comparison(frame, by_name, resolved[0].profile, resolved[0].origin)
+    if text:
+        print(text, flush=True)
+        rundir.write_atomic(results / "tables" / f"{cfg.experiment}.published.txt", text + "\n")
+    return draw_figure(cfg.experiment, results)
+
+
+def write_prediction(cfg: Config, pred: Prediction, argv: list[str], results: Path) -> Path:
+    run_dir = plan_run(cfg, argv, root=results / PREDICTIONS_DIR)
+    rundir.write_json(run_dir / "prediction.json", dataclasses.asdict(pred))
+    rundir.set_status(run_dir, "predicted")
+    return run_dir
+
+
+def write_tables(frame: pd.DataFrame, tables: Path, exp: str) -> None:
+    tables.mkdir(parents=True, exist_ok=True)
+    for suffix, write in ((".parquet", frame.to_parquet), (".csv", frame.to_csv)):
+        path = tables / f"{exp}.predicted{suffix}"
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        write(tmp, index=False)
+        os.replace(tmp, path)
+    rundir.write_atomic(tables / f"{exp}.predicted.md", report.format_table(frame) + "\n")
+    print(f"[neoxlab] table: {tables}/{exp}.predicted.{{parquet,csv,md}}", flush=True)
+
+
+def draw_figure(exp: str, results: Path) -> int:
+    """Run analysis/predicted.py headless, as `make figures` runs every notebook."""
+    from neoxlab import figures
+
+    notebook = figures.ANALYSIS / "predicted.py"
+    os.environ.update(figures.environment(exp, results))
+    outcome = figures.execute(notebook, exp, results)
+    if outcome.error:
+        print(f"[neoxlab] figure failed: {notebook.name}: {outcome.error}", file=sys.stderr)
+        return 1
+    shown = ", ".join(str(p) for p in outcome.outputs)
+    print(f"[neoxlab] figure: {shown}", flush=True)
+    return 0

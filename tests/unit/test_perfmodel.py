@@ -1,0 +1,229 @@
+"""The performance model's parts against hand-computed numbers, and its refusals."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from neoxlab import metrics
+from neoxlab.compose import compose_experiment
+from neoxlab.config import ConfigError
+from neoxlab.layout import resolve_layout
+from neoxlab.perfmodel import costs, traffic
+from neoxlab.perfmodel.calibrate import fit_alpha_beta, fit_compute
+from neoxlab.perfmodel.predict import COMPONENTS, predict
+from neoxlab.perfmodel.profile import CodecProfile, LinkProfile, PerfProfile
+from neoxlab.perfmodel.resolve import resolve_profile
+from neoxlab.perfmodel.topology import crosses_nodes
+from tests.conftest import REPO_ROOT
+
+LINK = LinkProfile(latency_us=10.0, bandwidth_gbs=2.0)
+
+
+def test_tp_allreduce_count_matches_the_accounting_of_a_real_run():
+    # local_3d (tp2 pp2 dp2, 4 micro-batches, 2 layers a stage): the comm accounting of a
+    # run showed 12 TP all-reduces per micro-batch on the last stage: 2 layers x (2 forward
+    # + 2 backward) + the LM head's backward + 3 cross-entropy scalars.
+    cfg = compose_experiment("local_3d")
+    msgs = [m for m in traffic.messages(cfg, resolve_layout(cfg)) if m.dim == "tp"]
+    reduces = sum(m.count for m in msgs if m.op == "all_reduce")
+    assert reduces == 2 * 4 + 1 + 3
+    # the backward ones (2 a layer + the head's) are async in megatron-core: sent raw
+    raw = sum(m.count for m in msgs if m.op == "all_reduce" and not m.compressible)
+    assert raw == 2 * 2 + 1
+    act = 1 * 64 * 64 * 4  # micro_batch x seq x hidden x fp32
+    assert {m.nbytes for m in msgs if m.op == "all_reduce"} == {act, 64 * 4}
+
+
+def test_checkpointing_adds_the_recomputed_forward_allreduces():
+    plain = compose_experiment("local_3d")
+    ckpt = compose_experiment("local_3d", ["parallel.activation_checkpointing=true"])
+
+    def full_size(cfg):
+        return sum(m.count for m in traffic.messages(cfg, resolve_layout(cfg))
+                   if m.dim == "tp" and m.op == "all_reduce" and m.nbytes > 1024)
+
+    assert full_size(ckpt) - full_size(plain) == 2 * 2  # 2 layers x 2 forward all-reduces
+
+
+def test_dp_and_zero_bytes_follow_the_stage_parameters():
+    cfg = compose_experiment("baseline_192gpu")
+    layout = resolve_layout(cfg)
+    msgs = traffic.messages(cfg, layout)
+    dp_bytes = sum(m.nbytes * m.count for m in msgs if m.dim == "dp")
+    # 11 layers of 12 h^2 + 13 h parameters and the head (vocabulary 50277 padded to a
+    # multiple of 128 x tp = 512: 50688 rows of h), over tp 4, 2 bytes each (fp16)
+    h = 6144
+    params = (11 * (12 * h * h + 13 * h) + 50688 * h) // 4
+    assert dp_bytes == pytest.approx(params * 2, rel=1e-6)
+    assert {m.op for m in msgs if m.dim == "zero"} == {"all_gather"}
+
+
+def test_alpha_beta_formulas():
+    ar = traffic.Message("tp", "all_reduce", 4e6, 4, 1, "microbatch", 16)
+    assert costs.plain(ar, LINK) == pytest.approx(6 * 10e-6 + 2 * 3 / 4 * 4e6 / 2e9)
+    ag = traffic.Message("zero", "all_gather", 4e6, 4, 1, "step", 16)
+    assert costs.plain(ag, LINK) == pytest.approx(3 * 10e-6 + 3 / 4 * 4e6 / 2e9)
+    p2p = traffic.Message("pp", "p2p", 4e6, 2, 1, "microbatch", 16)
+    assert costs.plain(p2p, LINK) == pytest.approx(10e-6 + 4e6 / 2e9)
+    gloo_like = dataclasses.replace(LINK, p2p_latency_us=1.0)
+    assert costs.plain(p2p, gloo_like) == pytest.approx(1e-6 + 4e6 / 2e9)
+    assert costs.plain(ar, gloo_like) == costs.plain(ar, LINK)
+
+
+def test_compression_divides_bytes_and_pays_the_codec():
+    codec_p = CodecProfile(encode_gbs=10.0, decode_gbs=20.0, call_us=0.0)
+    msg = traffic.Message("pp", "p2p", 8e6, 2, 1, "microbatch", 32)
+    cost = costs.message_cost(msg, LINK, costs.Codec("zfp", 4.0, codec_p, 4096))
+    assert cost.comm_s == pytest.approx(2 * 10e-6 + 2e6 / 2e9)
+    assert cost.codec_s == pytest.approx(8e6 / 10e9 + 8e6 / 20e9)
+    small = dataclasses.replace(msg, nbytes=1000)  # below min_bytes: untouched
+    assert costs.message_cost(small, LINK, costs.Codec("zfp", 4.0, codec_p, 4096)).codec_s == 0
+
+
+def test_zfp_ratio_depends_on_the_element_width():
+    from neoxlab.perfmodel.predict import codec_ratio
+
+    assert codec_ratio("zfp", {"rate": 8}, 32, None) == 4.0
+    assert codec_ratio("zfp", {"rate": 8}, 16, None) == 2.0
+    assert codec_ratio("zfp", {"rate": 24}, 16, None) < 1.0  # sent raw
+    with pytest.raises(ConfigError, match="data-dependent"):
+        codec_ratio("mpc", {}, 16, None)
+
+
+def test_links_follow_the_rank_layout():
+    lassen = resolve_layout(compose_experiment("baseline_192gpu"))
+    assert not crosses_nodes(lassen, "tp", 4)  # TP 4 = one node
+    assert crosses_nodes(lassen, "pp", 4) and crosses_nodes(lassen, "dp", 4)
+    local = resolve_layout(compose_experiment("local_3d"))
+    assert not any(crosses_nodes(local, d, 8) for d in ("tp", "pp", "dp"))
+
+
+def test_prediction_adds_up_and_uses_the_metrics_definition():
+    cfg = compose_experiment("hybrid_192gpu", ["task=predict"])
+    pred = predict(cfg)
+    assert set(pred.breakdown) == set(COMPONENTS)
+    assert sum(pred.breakdown.values()) == pytest.approx(pred.step_s)
+    layout = resolve_layout(cfg)
+    flops = metrics.flops_per_iteration(cfg.model, 1536, 50688, True)
+    assert pred.tflops_per_gpu == pytest.approx(flops / (pred.step_s * 192) / 1e12)
+    assert pred.samples_per_s == pytest.approx(layout.global_batch / pred.step_s)
+    assert pred.links == {"tp": "intra", "pp": "inter", "dp": "inter", "zero": "inter",
+                          "control": "inter"}
+
+
+def test_ranks_sharing_cores_run_at_their_share():
+    # 8 ranks on 2 cores, data parallel (every rank busy all step): each gets 2/8 of a
+    # core, 2/12 with 4 threads of other jobs
+    cfg = compose_experiment("local_3d", ["parallel.tp=1", "parallel.pp=1"])
+    profile = resolve_profile(cfg).profile
+    idle, busy = predict(cfg, profile), predict(cfg, profile, external=4.0)
+    assert busy.step_s == pytest.approx(idle.step_s * 12 / 8)
+    assert idle.slowdown == pytest.approx(8 / 2)
+    # 4 stages x 8 micro-batches on 4 ranks: 4 x 8 / 11 ranks busy on average, so the
+    # critical path runs at 2 / 2.9 of full speed, but the cores cap the CPU work at half
+    pipe = compose_experiment("local_3d", ["parallel.tp=1", "parallel.pp=4",
+                                           "parallel.grad_accum=8", "cluster.ranks_per_node=4"])
+    pred = predict(pipe, profile)
+    assert pred.step_s == max(pred.critical_s, pred.throughput_s)
+    lassen = compose_experiment("baseline_192gpu")  # a GPU per rank: nothing shared
+    assert predict(lassen, external=3.0).step_s == predict(lassen).step_s
+
+
+def test_faster_links_shrink_only_the_communication():
+    cfg = compose_experiment("baseline_192gpu")
+    base = resolve_profile(cfg).profile
+    fast = dataclasses.replace(base, inter=dataclasses.replace(base.inter, bandwidth_gbs=1e6))
+    slow, quick = predict(cfg, base), predict(cfg, fast)
+    assert quick.breakdown["compute"] == slow.breakdown["compute"]
+    assert quick.breakdown["dp"] < slow.breakdown["dp"] / 100
+
+
+def test_cluster_without_profile_is_a_clear_error():
+    cfg = compose_experiment("local_slurm", ["task=predict"])
+    cfg.cluster.profile = None
+    with pytest.raises(ConfigError) as info:
+        predict(cfg)
+    message = str(info.value)
+    assert "no hardware profile" in message and "configs/cluster/" in message
+
+
+def test_predict_refuses_a_layout_that_does_not_validate(results_dir):
+    cmd = [sys.executable, "-m", "neoxlab", "experiment=hybrid_192gpu", "task=predict",
+           "parallel.tp=3", f"launch.results_dir={results_dir}"]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "parallel.tp=3" in proc.stderr and "nothing started" in proc.stderr
+    assert not any(results_dir.rglob("prediction.json"))
+
+
+def test_predict_task_writes_prediction_and_launches_nothing(results_dir):
+    cmd = [sys.executable, "-m", "neoxlab", "experiment=hybrid_192gpu", "task=predict",
+           f"launch.results_dir={results_dir}"]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    (found,) = results_dir.glob("predictions/hybrid_192gpu/*/prediction.json")
+    data = json.loads(found.read_text())
+    assert data["gpus"] == 192 and data["step_s"] > 0
+    assert json.loads((found.parent / "status.json").read_text())["state"] == "predicted"
+    assert not list(found.parent.glob("job.*")), "predict must not render or submit a job"
+    assert re.search(r"hybrid_192gpu\s+192\s+4\s+4\s+12", proc.stdout)
+
+
+def test_alpha_beta_fit_recovers_known_parameters():
+    alpha, bw, sizes = 50e-6, 3e9, (1024, 65536, 1 << 20)
+
+    def rows(steps, share, stretch):  # times as measured under a stretch
+        return [{"size": s, "avg_us": (steps * alpha + share * s / bw) * stretch * 1e6}
+                for s in sizes]
+
+    sweeps = [("allreduce", 4, rows(6, 1.5, 2.0), 2.0), ("allreduce", 2, rows(2, 1.0, 1.0), 1.0),
+              ("latency", 2, rows(1, 1.0, 3.0), 3.0)]
+    sweeps[2] = ("latency", 2, [{"size": s, "avg_us": (5e-6 + s / bw) * 3.0 * 1e6}
+                                for s in sizes], 3.0)  # p2p: a cheaper latency of its own
+    fit = fit_alpha_beta(sweeps)
+    assert fit.latency_us == pytest.approx(50.0)
+    assert fit.bandwidth_gbs == pytest.approx(3.0)
+    assert fit.p2p_latency_us == pytest.approx(5.0)
+
+
+def test_compute_fit_recovers_known_rate_and_overheads():
+    truth = PerfProfile(achievable_tflops=0.02, intra=LINK, inter=LINK, layer_overhead_us=3000,
+                        step_overhead_us=20000, shared_cores=True)
+    start = dataclasses.replace(truth, achievable_tflops=1.0, layer_overhead_us=0,
+                                step_overhead_us=0)
+    layouts = [["model=neox_small", "parallel.tp=1", "parallel.pp=1", "parallel.grad_accum=1"],
+               ["parallel.tp=1", "parallel.pp=4", "parallel.grad_accum=8"],
+               ["parallel.tp=1", "parallel.pp=1", "parallel.grad_accum=1"]]
+    runs = []
+    for overrides, external in zip(layouts, (1.0, 4.0, None), strict=True):
+        cfg = compose_experiment("local_3d", [*overrides, "cluster.ranks_per_node=4"])
+        runs.append((cfg, predict(cfg, truth, external=external).step_s, external))
+    fitted = fit_compute(runs, start)
+    assert fitted.achievable_tflops == pytest.approx(0.02, rel=1e-6)
+    assert fitted.layer_overhead_us == pytest.approx(3000, rel=1e-6)
+    assert fitted.step_overhead_us == pytest.approx(20000, rel=1e-6)
+
+
+@pytest.mark.parametrize("cluster", ["lassen", "slurm", "local", "slurm_local"])
+def test_every_profile_value_names_its_source(cluster):
+    """A value line in a profile block carries a comment, or the line above is a comment or a
+    commented block header."""
+    lines = (REPO_ROOT / "configs" / "cluster" / f"{cluster}.yaml").read_text().splitlines()
+    start = lines.index("profile:")
+    missing = []
+    for i, line in enumerate(lines[start + 1:], start + 1):
+        key, _, value = line.strip().partition(":")
+        if (not line.startswith(" ") or not value.strip() or value.strip().startswith("#")
+                or key == "source"):  # the profile's own one-line description
+            continue
+        above = lines[i - 1].strip()
+        header = above.partition("#")[0].strip().endswith(":")
+        if "#" not in line and not above.startswith("#") and not (header and "#" in above):
+            missing.append(line)
+    assert not missing, f"profile values without a source comment: {missing}"
