@@ -15,14 +15,18 @@ def test_experiment_plans_without_launching(name, results_dir):
     code = main([f"experiment={name}", "launch.submit=false",
                  f"launch.results_dir={results_dir}"])
     assert code == 0
-    members = compose_experiment(name).runs or [name]  # a comparison plans each member
+    cfg = compose_experiment(name)
+    members = cfg.runs or [name]  # a comparison plans each member
+    predicted = cfg.task.name == "predict"  # run dirs of predictions live apart
+    root = results_dir / "predictions" if predicted else results_dir
     for member in members:
-        (run_dir,) = (results_dir / member).iterdir()
+        (run_dir,) = (root / member).iterdir()
         status = json.loads((run_dir / "status.json").read_text())
-        assert status["state"] == "planned"
+        assert status["state"] == ("predicted" if predicted else "planned")
         config = json.loads((run_dir / "config.json").read_text())
         assert config["experiment"] == member
         assert (run_dir / "provenance.json").exists()
+        assert (run_dir / "prediction.json").exists() == predicted
 
 
 def test_unknown_experiment_lists_the_known_ones(capsys):
