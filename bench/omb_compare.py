@@ -12,10 +12,12 @@ alternating between rounds so that drifting machine load hits both alike; per si
 median over the rounds is reported: native us, python us, overhead (python - native) and
 ratio, then one verdict line per goal and one for the whole goal (PASS or SHORT).
 Iteration counts: OSU's for sizes <= 8192 B, fewer above (200 latency, 100 allreduce).
-Thread level: both sides start MPI at thread level single by default (OSU's MPI_Init;
-`python -m neoxlab.omb` asks mpi4py for single unless MPI4PY_RC_THREAD_LEVEL is set, since
-mpi4py's own default, MULTIPLE, costs about 5 us per small call in MPICH); --thread-level
-LEVEL runs both at LEVEL.
+Thread level: by default each side runs as it does for users (native MPI_THREAD_SINGLE as
+OSU's MPI_Init; Python mpi4py's default, MPI_THREAD_MULTIPLE, which MPICH pays for on every
+call, about 5 us per small allreduce); --thread-level LEVEL runs both at LEVEL (mpi4py
+through MPI4PY_RC_THREAD_LEVEL). Single is not the default for neoxlab.omb: with more ranks
+than cores (4 ranks on 2 here) MPICH at thread level single slows large all-reduces by
+orders of magnitude.
 """
 
 from __future__ import annotations
@@ -112,7 +114,7 @@ def describe(level: str | None) -> str:
 
     lib = " ".join(MPI.Get_library_version().splitlines()[0].split())
     load = " ".join(f"{v:.1f}" for v in os.getloadavg())
-    py_level = level or os.environ.get("MPI4PY_RC_THREAD_LEVEL") or "single"
+    py_level = level or os.environ.get("MPI4PY_RC_THREAD_LEVEL") or mpi4py.rc.thread_level
     return (f"# {RANKS} ranks on {os.cpu_count()} cores, load average {load}; {lib}; "
             f"mpi4py {mpi4py.__version__}, Python {sys.version.split()[0]}\n"
             f"# thread level: native {level or 'single'}, python {py_level}")

@@ -9,7 +9,6 @@ Hidden testing aid: --inject-error corrupts one input element on one rank, so a 
 
 from __future__ import annotations
 
-import os
 import sys
 import traceback
 
@@ -20,14 +19,6 @@ from .runner import iter_rows
 
 
 def main(argv: list[str] | None = None) -> int:
-    import mpi4py
-
-    # The C OSU benchmarks start MPI with MPI_Init (thread level single); mpi4py asks for
-    # MULTIPLE by default, which MPICH pays for on every call (about 5 us per small
-    # allreduce here). Measure what the C benchmark measures unless the user sets
-    # MPI4PY_RC_THREAD_LEVEL (e.g. =multiple for OMB-Py's behaviour).
-    if "MPI4PY_RC_THREAD_LEVEL" not in os.environ:
-        mpi4py.rc.thread_level = "single"
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
