@@ -16,7 +16,8 @@ def run_experiment(
     cmd = [sys.executable, "-m", "neoxlab", f"experiment={experiment}",
            f"launch.results_dir={results_dir}", "logger.wandb=disabled", *overrides]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout)
-    run_dirs = sorted((results_dir / experiment).iterdir())
+    root = results_dir / experiment
+    run_dirs = sorted(root.iterdir()) if root.exists() else []
     assert run_dirs, f"no run dir created:\n{proc.stdout}\n{proc.stderr}"
     return proc, run_dirs[-1]
 
