@@ -128,9 +128,7 @@ def submit_job(cfg: Config, run_dir: Path, overrides: list[str]) -> int:
 def record_run(cfg: Config, run_dir: Path, overrides: list[str], job_id: str | None) -> None:
     from neoxlab.launch import manifest
 
-    manifest.record(Path(cfg.launch.results_dir), cfg.experiment, run_id=run_dir.name,
-                    run_dir=str(run_dir), job_id=job_id, scheduler=cfg.cluster.scheduler,
-                    cluster=cfg.cluster.name, overrides=overrides)
+    manifest.record_job(run_dir, cfg, job_id, overrides=overrides)
 
 
 def report(run_dir: Path) -> None:

@@ -108,9 +108,7 @@ def resubmit(cfg: Config, run_dir: Path) -> int:
         rundir.set_status(run_dir, "failed", error=f"resubmission failed: {exc}")
         print(f"[neoxlab] error: {exc}", file=sys.stderr)
         return 1
-    manifest.record(run_dir.parent.parent, cfg.experiment, run_id=run_dir.name,
-                    run_dir=str(run_dir), job_id=job_id, scheduler=cfg.cluster.scheduler,
-                    cluster=cfg.cluster.name, resumed=True)
+    manifest.record_job(run_dir, cfg, job_id, resumed=True)
     rundir.set_status(run_dir, "submitted", job_id=job_id)
     print(f"[neoxlab] resubmitted as {cfg.cluster.scheduler} job {job_id}; "
           f"`make status EXP={cfg.experiment}` shows its state", flush=True)

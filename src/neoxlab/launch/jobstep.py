@@ -83,9 +83,7 @@ def requeue(cfg: Config, run_dir: Path) -> None:
         rundir.set_status(run_dir, "preempted", error=(
             f"requeue failed: {exc}; continue with `make resume RUN={run_dir}`"))
         return
-    manifest.record(results, cfg.experiment, run_id=run_dir.name, run_dir=str(run_dir),
-                    job_id=job_id, scheduler=cfg.cluster.scheduler, cluster=cfg.cluster.name,
-                    requeue_of=jobs[-1]["job_id"] if jobs else None)
+    manifest.record_job(run_dir, cfg, job_id, requeue_of=jobs[-1]["job_id"] if jobs else None)
     print(f"[neoxlab] requeued as job {job_id} ({left} requeue(s) left after it)",
           file=sys.stderr)
 

@@ -34,6 +34,13 @@ def record(results: Path, experiment: str, **entry: Any) -> dict[str, Any]:
     return entry
 
 
+def record_job(run_dir: Path, cfg, job_id: str | None, **extra: Any) -> dict[str, Any]:
+    """One submission of a run (results/<exp>/<run_id>): who, where, which job."""
+    return record(run_dir.parent.parent, cfg.experiment, run_id=run_dir.name,
+                  run_dir=str(run_dir), job_id=job_id, scheduler=cfg.cluster.scheduler,
+                  cluster=cfg.cluster.name, **extra)
+
+
 def read(results: Path, experiment: str) -> list[dict[str, Any]]:
     path = path_of(results, experiment)
     if not path.exists():
