@@ -44,13 +44,7 @@ for ax, (col, gain_col, ylabel, factor) in zip(axes, panels, strict=True):
         bars = ax.bar(xs, [rows.loc[n, col] * factor for n in present], width * 0.92,
                       color=style.color(scheme), label=style.label(scheme))
         if scheme != style.BASELINE:
-            for bar, n in zip(bars, present, strict=True):
-                gain = rows.loc[n, gain_col]
-                if np.isfinite(gain):
-                    ax.annotate(f"{gain:+.1f}%", (bar.get_x() + bar.get_width() / 2,
-                                                  bar.get_height()),
-                                xytext=(0, 2), textcoords="offset points", ha="center",
-                                va="bottom", fontsize=8, rotation=90)
+            style.gain_labels(ax, bars, [rows.loc[n, gain_col] for n in present])
         if not measured.empty and col in measured:
             seen = measured[measured["scheme"] == scheme].set_index("gpus")
             here = [n for n in gpus if n in seen.index]

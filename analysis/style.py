@@ -12,6 +12,7 @@ from pathlib import Path
 
 import matplotlib as mpl
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 
 HERE = Path(__file__).resolve().parent
@@ -97,3 +98,12 @@ def empty(ax: plt.Axes, message: str) -> None:
     ax.set_axis_off()
     ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes,
             color="#555555", wrap=True)
+
+
+def gain_labels(ax: plt.Axes, bars, gains) -> None:
+    """Each bar's % gain over baseline above it, vertical so neighbours never collide."""
+    for bar, gain in zip(bars, gains, strict=True):
+        if np.isfinite(gain):
+            ax.annotate(f"{gain:+.1f}%", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                        xytext=(0, 2), textcoords="offset points", ha="center", va="bottom",
+                        fontsize=8, rotation=90)

@@ -7,7 +7,6 @@
 
 # %%
 import matplotlib.pyplot as plt
-import numpy as np
 import style
 from IPython.display import display
 
@@ -38,13 +37,7 @@ for ax, (col, gain_col, ylabel, factor) in zip(axes, panels, strict=True):
                       label=style.label(scheme))
         if scheme == style.BASELINE:
             continue
-        for bar, n in zip(bars, present, strict=True):  # vertical labels never collide
-            gain = rows.loc[n, gain_col]
-            if np.isfinite(gain):
-                ax.annotate(f"{gain:+.1f}%", (bar.get_x() + bar.get_width() / 2,
-                                              bar.get_height()),
-                            xytext=(0, 2), textcoords="offset points", ha="center",
-                            va="bottom", fontsize=8, rotation=90)
+        style.gain_labels(ax, bars, [rows.loc[n, gain_col] for n in present])
     if compare.empty:
         style.empty(ax, "no completed run with throughput yet")
         continue
