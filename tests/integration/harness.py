@@ -9,6 +9,10 @@ from pathlib import Path
 
 from tests.conftest import REPO_ROOT
 
+# local_3d as TP=2 x PP=2 on 4 ranks: both model-parallel dimensions at half the start-up of
+# its 8 ranks, for tests whose subject does not depend on the data-parallel degree
+FOUR_RANKS = ("parallel.dp=1", "cluster.ranks_per_node=4")
+
 
 def run_experiment(
     experiment: str, results_dir: Path, *overrides: str, timeout: float = 240

@@ -1,7 +1,8 @@
-"""Checkpoints and resume on 8 CPU ranks (TP=2 x PP=2 x DP=2, ZeRO-1): an interrupted run
-resumed from its checkpoint trains exactly as an uninterrupted one; a rank killed while
-writing a checkpoint, or a damaged checkpoint, leaves an older one to resume from; SIGUSR1
-saves a checkpoint and stops the job with exit code 85 (requeue)."""
+"""Checkpoints and resume: on 8 CPU ranks (TP=2 x PP=2 x DP=2, ZeRO-1) an interrupted run
+resumed from its checkpoint trains exactly as an uninterrupted one; on 4 (TP=2 x PP=2, half
+the start-up) a rank killed while writing a checkpoint, or a damaged checkpoint, leaves an
+older one to resume from, and SIGUSR1 saves a checkpoint and stops the job with exit code 85
+(requeue)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from neoxlab.rankjob import PREEMPTED_EXIT
 from neoxlab.train import checkpoints
 from tests.conftest import REPO_ROOT
 from tests.integration.harness import (
+    FOUR_RANKS,
     processes_of,
     read_metrics,
     read_status,
@@ -82,12 +84,12 @@ def test_resumed_run_trains_bit_identically(tmp_path):
 def test_rank_killed_while_writing_a_checkpoint_leaves_the_previous_one(tmp_path):
     proc, run_dir = run_experiment(
         "local_3d", tmp_path, "train.steps=4", "train.checkpoint_every=2",
-        "launch.kill_during_checkpoint=4", "launch.kill_rank=6",
+        "launch.kill_during_checkpoint=4", "launch.kill_rank=3", *FOUR_RANKS,
     )
     assert proc.returncode != 0
     assert read_status(run_dir)["state"] == "failed"
     assert steps_of(run_dir) == [1, 2, 3, 4]  # step 4 trained; its checkpoint never committed
-    half_written = checkpoints.rank_state_path(run_dir, 4, 6)
+    half_written = checkpoints.rank_state_path(run_dir, 4, 3)
     assert half_written.is_file() and not (half_written.parent.parent / checkpoints.MARKER).exists()
     assert usable_steps(run_dir) == [2]
 
@@ -106,7 +108,7 @@ def test_rank_killed_while_writing_a_checkpoint_leaves_the_previous_one(tmp_path
 def test_damaged_checkpoints_are_skipped_with_a_warning(tmp_path):
     proc, run_dir = run_experiment(
         "local_3d", tmp_path, "train.steps=5", "train.checkpoint_every=1",
-        "train.keep_checkpoints=4", "launch.fail_rank=2", "launch.fail_step=5",
+        "train.keep_checkpoints=4", "launch.fail_rank=2", "launch.fail_step=5", *FOUR_RANKS,
     )
     assert proc.returncode != 0
     assert usable_steps(run_dir) == [4, 3, 2, 1]
@@ -114,7 +116,7 @@ def test_damaged_checkpoints_are_skipped_with_a_warning(tmp_path):
     (step[4] / checkpoints.MARKER).unlink()
     layer = step[3] / "layer_01-model_00-model_states.pt"
     layer.write_bytes(layer.read_bytes()[:100])
-    unreadable = checkpoints.rank_state_path(run_dir, 2, 5)  # same size, not a torch file
+    unreadable = checkpoints.rank_state_path(run_dir, 2, 1)  # same size, not a torch file
     unreadable.write_bytes(b"\0" * unreadable.stat().st_size)
 
     proc = resume_run(run_dir)
@@ -122,7 +124,7 @@ def test_damaged_checkpoints_are_skipped_with_a_warning(tmp_path):
     warnings = [line for line in output(proc).splitlines() if "warning" in line]
     assert any(str(step[4]) in w and "no completion marker" in w for w in warnings), warnings
     assert any(str(step[3]) in w and "truncated" in w for w in warnings), warnings
-    assert any(str(step[2]) in w and "rank 5 could not load it" in w for w in warnings), warnings
+    assert any(str(step[2]) in w and "rank 1 could not load it" in w for w in warnings), warnings
     assert "resuming after step 1" in output(proc)
     assert read_status(run_dir)["attempts"][-1]["resumed_from"] == 1
     assert steps_of(run_dir) == [1, 2, 3, 4, 5]
@@ -143,7 +145,7 @@ def _wait_for_steps(results: Path, launcher: subprocess.Popen, steps: int) -> Pa
 def test_sigusr1_saves_a_checkpoint_and_stops_for_requeue(results_dir):
     steps = 24
     cmd = [sys.executable, "-m", "neoxlab", "experiment=local_3d", "logger.wandb=disabled",
-           f"launch.results_dir={results_dir}", f"train.steps={steps}"]
+           f"launch.results_dir={results_dir}", f"train.steps={steps}", *FOUR_RANKS]
     launcher = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
     try:
