@@ -38,7 +38,13 @@ def _start(results_dir, steps=400):
     cmd = [sys.executable, "-m", "neoxlab", "experiment=local_3d", "logger.wandb=disabled",
            f"launch.results_dir={results_dir}", f"train.steps={steps}", *FOUR_RANKS]
     return subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+                            stderr=subprocess.STDOUT, text=True, preexec_fn=_as_in_a_terminal)
+
+
+def _as_in_a_terminal() -> None:
+    """Ctrl-C reaches a foreground command with SIGINT at its default; a test session started
+    in the background by a script inherits it ignored (POSIX), and so would the launcher."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _wait_for_training(results_dir, launcher, timeout=180):
