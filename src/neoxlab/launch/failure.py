@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import time
 from pathlib import Path
 
 import psutil
@@ -34,6 +36,20 @@ class RankWatch:
             rank for rank, proc in sorted(self.pids.items())
             if not _alive(proc) and not (self.logs / f"rank{rank}.done").exists()
         ]
+
+    def reap(self, timeout: float = 10.0) -> None:
+        """Return once every rank process has exited (zombies count as exited), killing the
+        ones still there after `timeout`: a rank still running its error handler after
+        mpiexec is gone would write status.json after the launcher's final word."""
+        self.poll()
+        deadline = time.monotonic() + timeout
+        while alive := [proc for proc in self.pids.values() if _alive(proc)]:
+            if time.monotonic() > deadline:
+                for proc in alive:
+                    with contextlib.suppress(psutil.NoSuchProcess):
+                        proc.kill()
+                return
+            time.sleep(0.05)
 
 
 def _alive(proc: psutil.Process) -> bool:

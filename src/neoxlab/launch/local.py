@@ -135,6 +135,7 @@ def launch(cfg: Config, run_dir: Path) -> int:
             code = proc.wait()
     finally:
         _kill_group(proc)  # hydra proxies or stray ranks must not outlive the job
+        watch.reap()
         pump.join(timeout=5)
         log.close()
     elapsed = round(time.time() - started, 3)
