@@ -133,7 +133,8 @@ def compare_schemes(runs: pd.DataFrame) -> pd.DataFrame:
     return table[cols]
 
 
-def _write_atomic(frame: pd.DataFrame, path: Path) -> None:
+def write_table(frame: pd.DataFrame, path: Path) -> None:
+    """Parquet or CSV by suffix, replaced atomically (a reader never sees half a table)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     if path.suffix == ".csv":
         frame.to_csv(tmp, index=False)
@@ -165,9 +166,9 @@ def collect(
     out = results / "tables"
     out.mkdir(parents=True, exist_ok=True)
     for name, frame in tables.items():
-        _write_atomic(frame, out / f"{exp}.{name}.parquet")
+        write_table(frame, out / f"{exp}.{name}.parquet")
         if name in ("runs", "compare", "serve"):
-            _write_atomic(frame, out / f"{exp}.{name}.csv")
+            write_table(frame, out / f"{exp}.{name}.csv")
     _report(exp, runs, out, tables)
     return tables
 

@@ -23,17 +23,15 @@ from neoxlab.metrics import summarize
 from neoxlab.perfmodel.calibrate import (
     CALIBRATION_RUNS,
     CALIBRATION_SETTINGS,
-    RUN_SETTINGS,
     calibrate,
+    measured_run,
     write,
 )
 from neoxlab.perfmodel.predict import predict
 from neoxlab.perfmodel.resolve import resolve_profile
-from neoxlab.perfmodel.stretch import Sampler, during_steps
-from tests.integration.harness import read_metrics, run_experiment
+from tests.integration.harness import read_metrics
 
 BOUND = 0.20
-STEPS = RUN_SETTINGS[:2]  # the calibration runs' steps and warm-up
 RANKS4 = ["cluster.ranks_per_node=4"]
 # fitted: calibrate.CALIBRATION_RUNS (neox_small data parallel on 4 ranks: micro-batches of
 # 1 and 4 for the FLOP rate and the per-layer cost, 2 micro-batches for the per-step cost)
@@ -59,14 +57,9 @@ VALIDATION = {
 
 def measure(results, name: str, overrides: list[str]) -> tuple:
     """One real run (its own run dir) and the other jobs' threads measured during its steps."""
-    with Sampler("neoxlab.train") as sampler:
-        proc, run_dir = run_experiment("local_3d", results / name, *STEPS, *overrides,
-                                       timeout=400)
-    assert proc.returncode == 0, f"{name} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+    run_dir, external = measured_run(results / name, overrides, timeout=400)
     cfg = rundir.load_config(run_dir)
     records = read_metrics(run_dir)
-    load = during_steps(sampler, records, cfg.train.metrics_warmup_steps)
-    external = load.external(cfg.cluster.cores_per_node) if load else None
     median = summarize(records, cfg.train.metrics_warmup_steps)["median_iteration_s"]
     assert median == json.loads((run_dir / "summary.json").read_text())["median_iteration_s"]
     return cfg, run_dir, median, external

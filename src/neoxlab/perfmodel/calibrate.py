@@ -297,24 +297,34 @@ def _plain(data):
     return data
 
 
+def measured_run(root: Path, overrides: list[str], timeout: float | None = None
+                 ) -> tuple[Path, float | None]:
+    """One local_3d run (RUN_SETTINGS + overrides, results under `root`) and the other jobs'
+    threads measured during its steady steps: calibration fits and validation predicts runs
+    measured alike."""
+    cmd = [sys.executable, "-m", "neoxlab", "experiment=local_3d",
+           f"launch.results_dir={root}", *RUN_SETTINGS, *overrides]
+    with Sampler("neoxlab.train") as sampler:
+        proc = subprocess.run(cmd, cwd=rundir.REPO_ROOT, capture_output=True, text=True,
+                              timeout=timeout)
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n"
+                           f"{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    run_dir = sorted((root / "local_3d").iterdir())[-1]
+    cfg = rundir.load_config(run_dir)
+    records = [json.loads(line) for line in
+               (run_dir / "metrics.jsonl").read_text().splitlines()]
+    load = during_steps(sampler, records, cfg.train.metrics_warmup_steps)
+    return run_dir, None if load is None else load.external(cfg.cluster.cores_per_node)
+
+
 def launch_calibration_runs(results: Path) -> list[tuple[Path, float | None]]:
     """Run CALIBRATION_RUNS one after another, each with the load sampled during its steps."""
     out = []
     for name, overrides in CALIBRATION_RUNS.items():
-        root = results / "calibration" / "runs" / name
-        cmd = [sys.executable, "-m", "neoxlab", "experiment=local_3d",
-               f"launch.results_dir={root}", *RUN_SETTINGS, *CALIBRATION_SETTINGS, *overrides]
-        with Sampler("neoxlab.train") as sampler:
-            proc = subprocess.run(cmd, cwd=rundir.REPO_ROOT, capture_output=True, text=True)
-        if proc.returncode:
-            raise RuntimeError(f"calibration run {name} failed:\n{proc.stderr[-2000:]}")
-        run_dir = sorted((root / "local_3d").iterdir())[-1]
-        records = [json.loads(line) for line in
-                   (run_dir / "metrics.jsonl").read_text().splitlines()]
-        cfg = rundir.load_config(run_dir)
-        load = during_steps(sampler, records, cfg.train.metrics_warmup_steps)
-        out.append((run_dir, None if load is None else load.external(cfg.cluster.cores_per_node)))
-        print(f"calibration run {name}: {run_dir}", flush=True)
+        out.append(measured_run(results / "calibration" / "runs" / name,
+                                [*CALIBRATION_SETTINGS, *overrides]))
+        print(f"calibration run {name}: {out[-1][0]}", flush=True)
     return out
 
 

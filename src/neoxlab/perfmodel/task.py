@@ -71,12 +71,11 @@ def write_prediction(cfg: Config, pred: Prediction, argv: list[str], results: Pa
 
 
 def write_tables(frame: pd.DataFrame, tables: Path, exp: str) -> None:
+    from neoxlab.collect import write_table
+
     tables.mkdir(parents=True, exist_ok=True)
-    for suffix, write in ((".parquet", frame.to_parquet), (".csv", frame.to_csv)):
-        path = tables / f"{exp}.predicted{suffix}"
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        write(tmp, index=False)
-        os.replace(tmp, path)
+    for suffix in (".parquet", ".csv"):
+        write_table(frame, tables / f"{exp}.predicted{suffix}")
     rundir.write_atomic(tables / f"{exp}.predicted.md", report.format_table(frame) + "\n")
     print(f"[neoxlab] table: {tables}/{exp}.predicted.{{parquet,csv,md}}", flush=True)
 

@@ -153,8 +153,9 @@ def load_run_weights(serve: torch.nn.Module, ckpt: RunCheckpoint, tp: int, tp_ra
         if not name.isdigit():
             continue
         state = serve_state(layer, int(name), ckpt, tp, tp_rank)
+        params = dict(layer.named_parameters())
         for key, tensor in state.items():
-            expected = dict(layer.named_parameters())[key].shape
+            expected = params[key].shape
             if tensor.shape != expected:
                 raise ConfigError(
                     f"checkpoint {ckpt.path}: layer {name} '{key}' is {tuple(tensor.shape)} "
