@@ -7,11 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from neoxlab import rundir
-from neoxlab.compose import compose_experiment, list_experiments
 from neoxlab.config import Config, ConfigError
+from neoxlab.config.compose import compose_experiment, list_experiments
 from neoxlab.layout import resolve_layout
-from neoxlab.plan import plan_run
+from neoxlab.run import rundir
+from neoxlab.run.plan import plan_run
 
 DEFAULT_EXPERIMENT = "local_compare"
 SUBMIT_COMMANDS = {"lsf": "bsub", "slurm": "sbatch"}
@@ -50,7 +50,7 @@ def check_scheduler(cfg: Config) -> None:
 
 def run_comparison(cfg: Config, overrides: list[str], argv: list[str]) -> int:
     """Validate every member first (nothing starts on a bad one), then run them in order."""
-    from neoxlab.compare import format_table, member_row
+    from neoxlab.results.compare import format_table, member_row
 
     members = [compose_experiment(name, overrides) for name in cfg.runs]
     for member in members:
@@ -72,7 +72,8 @@ def run_comparison(cfg: Config, overrides: list[str], argv: list[str]) -> int:
 
 def draw_figures(cfg: Config) -> int:
     """Tables and figures of the runs just made (the newest run of each member)."""
-    from neoxlab import collect, figures
+    from neoxlab.results import figures
+    from neoxlab.results import tables as collect
 
     results = Path(cfg.launch.results_dir)
     collect.collect(cfg.experiment, results, latest=True)

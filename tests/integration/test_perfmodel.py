@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from neoxlab import rundir
-from neoxlab.compose import compose_experiment
+from neoxlab.config.compose import compose_experiment
 from neoxlab.metrics import summarize
 from neoxlab.perfmodel.calibrate import (
     CALIBRATION_RUNS,
@@ -29,6 +28,7 @@ from neoxlab.perfmodel.calibrate import (
 )
 from neoxlab.perfmodel.predict import predict
 from neoxlab.perfmodel.resolve import resolve_profile
+from neoxlab.run import rundir
 from tests.integration.harness import read_metrics
 
 BOUND = 0.20

@@ -6,10 +6,10 @@ import pytest
 
 from neoxlab.comm.classify import Classifier, Grid
 from neoxlab.comm.policy import mpi_environment
-from neoxlab.compose import compose_experiment
 from neoxlab.config import ConfigError, DimCompressionConfig
+from neoxlab.config.compose import compose_experiment
 from neoxlab.layout import resolve_layout
-from neoxlab.plan import plan_run
+from neoxlab.run.plan import plan_run
 
 BAD_SCHEMES = [
     (["compression.dims.dp.compressor=zstd9"], ["compressor='zstd9'", "choose one of"]),

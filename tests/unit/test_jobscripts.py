@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 from neoxlab.__main__ import main
-from neoxlab.compose import compose_experiment
 from neoxlab.config import ConfigError
+from neoxlab.config.compose import compose_experiment
 from neoxlab.launch import lsf, slurm
 from neoxlab.launch.jobscript import sanitize_job_name
 from neoxlab.layout import resolve_layout
-from neoxlab.plan import plan_run
-from neoxlab.rundir import REPO_ROOT
+from neoxlab.run.plan import plan_run
+from neoxlab.run.rundir import REPO_ROOT
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 PAPER_192 = ["baseline_192gpu", "naive_192gpu", "hybrid_192gpu", "mzhybrid_192gpu"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from neoxlab.__main__ import main
-from neoxlab.compose import compose_experiment
 from neoxlab.config import ConfigError
+from neoxlab.config.compose import compose_experiment
 from neoxlab.layout import resolve_layout, validate
 from neoxlab.neox.validate import check_neox_dir, check_neox_inputs, validate_neox
 

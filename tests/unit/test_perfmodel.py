@@ -11,13 +11,13 @@ import sys
 import pytest
 
 from neoxlab import metrics
-from neoxlab.compose import compose_experiment
 from neoxlab.config import ConfigError
+from neoxlab.config.compose import compose_experiment
+from neoxlab.config.profile import CodecProfile, LinkProfile, PerfProfile
 from neoxlab.layout import resolve_layout
 from neoxlab.perfmodel import costs, traffic
 from neoxlab.perfmodel.calibrate import fit_alpha_beta, fit_compute
 from neoxlab.perfmodel.predict import COMPONENTS, predict
-from neoxlab.perfmodel.profile import CodecProfile, LinkProfile, PerfProfile
 from neoxlab.perfmodel.resolve import resolve_profile
 from neoxlab.perfmodel.stretch import Load, Sampler
 from neoxlab.perfmodel.topology import crosses_nodes

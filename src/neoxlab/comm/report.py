@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from neoxlab import rundir
 from neoxlab.comm.accounting import Accountant, totals_by_dim
+from neoxlab.run import rundir
 
 DIM_ORDER = ("dp", "zero", "tp", "pp", "other")
 

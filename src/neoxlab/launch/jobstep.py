@@ -14,10 +14,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from neoxlab import rundir
 from neoxlab.config import Config
 from neoxlab.launch import hostfile
 from neoxlab.launch.failure import diagnose
+from neoxlab.run import rundir
 from neoxlab.train.preemption import stop_request_file
 
 

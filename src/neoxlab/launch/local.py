@@ -16,12 +16,12 @@ import threading
 import time
 from pathlib import Path
 
-from neoxlab import rundir
 from neoxlab.config import Config
 from neoxlab.launch.failure import RankWatch, diagnose
 from neoxlab.launch.ranks import rank_command, rank_env
 from neoxlab.layout import world_size
-from neoxlab.rankjob import PREEMPTED_EXIT
+from neoxlab.run import rundir
+from neoxlab.run.rankjob import PREEMPTED_EXIT
 
 GRACE_S = 10
 POLL_S = 0.2

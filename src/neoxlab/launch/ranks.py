@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from neoxlab.config import Config
-from neoxlab.rundir import REPO_ROOT
+from neoxlab.run.rundir import REPO_ROOT
 
 # The per-rank program of each task (builtin engine): `python -m <module> <run_dir>`.
 TASK_MODULES = {

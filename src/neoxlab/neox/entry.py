@@ -22,10 +22,10 @@ from typing import Any, TextIO
 
 import yaml
 
-from neoxlab import dist, rundir
 from neoxlab.config import Config
 from neoxlab.neox import inject
 from neoxlab.neox.render import NEOX_YML
+from neoxlab.run import dist, rundir
 
 
 def megatron_config(run_dir: Path, neox_dir: Path) -> dict[str, Any]:
@@ -157,7 +157,7 @@ def finish(cfg: Config, run_dir: Path, world_size: int, terminal: TextIO | None)
 
 
 def main(run_dir: Path) -> int:
-    from neoxlab.rankjob import run_rank
+    from neoxlab.run.rankjob import run_rank
 
     run_dir = Path(run_dir).resolve()
     return run_rank(run_dir, lambda cfg, info, terminal: run(cfg, run_dir, info, terminal))

@@ -46,7 +46,7 @@ def is_installed() -> bool:
 def load_layout(run_dir: Path):
     """The frozen layout of a planned run (layout.json), without re-validating the config."""
     from neoxlab.layout import Layout
-    from neoxlab.rundir import read_json
+    from neoxlab.run.rundir import read_json
 
     data = read_json(run_dir / "layout.json")
     return Layout(data["world_size"], data["tp"], data["pp"], data["dp"], data["micro_batch"],
@@ -59,7 +59,7 @@ def install_from_env():
     if not value or _state.installed or _state.busy:
         return _state.patch
     from neoxlab.comm.install import install_for_run
-    from neoxlab.rundir import load_config
+    from neoxlab.run.rundir import load_config
 
     _state.busy = True
     try:

@@ -15,9 +15,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from neoxlab import metrics, rundir
+from neoxlab import metrics
 from neoxlab.layout import padded_vocab_size
-from neoxlab.results import parse_neox_log
+from neoxlab.results.load import parse_neox_log
+from neoxlab.run import rundir
 
 NEOX_EXTRAS = ("loss_scale", "skipped_iterations", "nan_iterations", "total_steps")
 

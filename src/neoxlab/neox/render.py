@@ -202,7 +202,7 @@ def to_yaml(values: dict[str, Any]) -> str:
 
 
 def write_neox_yml(cfg: Config, layout: Layout, run_dir: Path) -> Path:
-    from neoxlab.rundir import write_atomic
+    from neoxlab.run.rundir import write_atomic
 
     path = run_dir / NEOX_YML
     write_atomic(path, to_yaml(render_neox_config(cfg, layout, run_dir)))

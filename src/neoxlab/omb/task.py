@@ -12,11 +12,11 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from neoxlab import rundir
 from neoxlab.config import Config
 from neoxlab.omb.options import OmbOptions, check_options
 from neoxlab.omb.report import table_header, table_row
 from neoxlab.omb.runner import iter_rows
+from neoxlab.run import rundir
 
 
 def options_for(cfg: Config, benchmark: str) -> OmbOptions:
@@ -51,7 +51,7 @@ def run(cfg: Config, run_dir: Path, comm, terminal) -> int:
 def main(run_dir: Path) -> int:
     from mpi4py import MPI
 
-    from neoxlab.rankjob import record_failure, redirect_output
+    from neoxlab.run.rankjob import record_failure, redirect_output
 
     cfg = rundir.load_config(run_dir)
     comm = MPI.COMM_WORLD

@@ -37,11 +37,11 @@ from pathlib import Path
 
 import numpy as np
 
-from neoxlab import rundir
 from neoxlab.config import Config, ConfigError
+from neoxlab.config.profile import CodecProfile, LinkProfile, PerfProfile
 from neoxlab.perfmodel.predict import _predict
-from neoxlab.perfmodel.profile import CodecProfile, LinkProfile, PerfProfile
 from neoxlab.perfmodel.stretch import Sampler, during_steps, this_thread
+from neoxlab.run import rundir
 
 # The calibration runs (neox_small, data parallel on 4 ranks, overrides of experiment
 # local_3d): micro-batches of 1 and 4 sequences separate the FLOP rate from the per-layer
@@ -346,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="links and codecs only; keep the profile's compute values")
     parser.add_argument("--cluster", default="local", help="cluster config to start from")
     args = parser.parse_args(argv)
-    from neoxlab.compose import compose_experiment
+    from neoxlab.config.compose import compose_experiment
 
     cfg = compose_experiment("local_3d", [f"cluster={args.cluster}",
                                           f"launch.results_dir={args.results}"])

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from neoxlab import rundir
 from neoxlab.config import Config
 from neoxlab.layout import resolve_layout
 from neoxlab.perfmodel import report
 from neoxlab.perfmodel.predict import Prediction, predict
 from neoxlab.perfmodel.resolve import resolve_profile
-from neoxlab.plan import plan_run
+from neoxlab.run import rundir
+from neoxlab.run.plan import plan_run
 
 PREDICTIONS_DIR = "predictions"  # under launch.results_dir; `make collect` skips it
 
@@ -30,7 +30,7 @@ PREDICTIONS_DIR = "predictions"  # under launch.results_dir; `make collect` skip
 def members(cfg: Config, overrides: list[str]) -> list[Config]:
     if not cfg.runs:
         return [cfg]
-    from neoxlab.compose import compose_experiment
+    from neoxlab.config.compose import compose_experiment
 
     return [compose_experiment(name, [*overrides, "task=predict"]) for name in cfg.runs]
 
@@ -71,7 +71,7 @@ def write_prediction(cfg: Config, pred: Prediction, argv: list[str], results: Pa
 
 
 def write_tables(frame: pd.DataFrame, tables: Path, exp: str) -> None:
-    from neoxlab.collect import write_table
+    from neoxlab.results.tables import write_table
 
     tables.mkdir(parents=True, exist_ok=True)
     for suffix in (".parquet", ".csv"):
@@ -82,7 +82,7 @@ def write_tables(frame: pd.DataFrame, tables: Path, exp: str) -> None:
 
 def draw_figure(exp: str, results: Path) -> int:
     """Run analysis/predicted.py headless, as `make figures` runs every notebook."""
-    from neoxlab import figures
+    from neoxlab.results import figures
 
     notebook = figures.ANALYSIS / "predicted.py"
     os.environ.update(figures.environment(exp, results))

@@ -12,9 +12,9 @@ import json
 from pathlib import Path
 from typing import TextIO
 
-from neoxlab import rundir
 from neoxlab.config import Config
-from neoxlab.rankjob import run_rank
+from neoxlab.run import rundir
+from neoxlab.run.rankjob import run_rank
 
 
 def settings_of(cfg: Config):

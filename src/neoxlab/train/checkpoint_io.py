@@ -57,7 +57,7 @@ def restore_rng(state: dict[str, Any]) -> None:
 def rank_state(step: int, global_batch: int, patch) -> dict[str, Any]:
     return {
         "step": step,
-        # The data order is a pure function of the step (neoxlab.data.micro_batches).
+        # The data order is a pure function of the step (neoxlab.train.data.micro_batches).
         "data": {"next_step": step + 1, "samples": step * global_batch,
                  "global_batch": global_batch},
         "rng": capture_rng(),

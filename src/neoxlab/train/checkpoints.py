@@ -1,6 +1,6 @@
 """Checkpoint directories of a run: naming, the completion marker, discovery and pruning.
 
-Pure file-system logic (no torch), shared by the ranks and by `python -m neoxlab.resume`.
+Pure file-system logic (no torch), shared by the ranks and by `python -m neoxlab.run.resume`.
 
     checkpoints/step<N>/                   DeepSpeed's files (save_checkpoint, tag step<N>)
     checkpoints/step<N>/neoxlab/rank<R>.pt each rank's own state (RNG, residuals, data)
@@ -18,8 +18,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from neoxlab import rundir
 from neoxlab.config import Config
+from neoxlab.run import rundir
 
 CHECKPOINTS = "checkpoints"
 MARKER = "complete.json"

@@ -3,7 +3,7 @@
 A run dir with a usable checkpoint resumes from it, whoever starts the ranks (make resume,
 or a cluster job script rerunning `python -m neoxlab.train <run_dir>` after a requeue).
 
-The frame around it (logs, markers, status, failure handling) is neoxlab.rankjob.
+The frame around it (logs, markers, status, failure handling) is neoxlab.run.rankjob.
 """
 
 from __future__ import annotations
@@ -15,12 +15,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from neoxlab import metrics, rundir
+from neoxlab import metrics
 from neoxlab.comm.install import install_for_run
 from neoxlab.comm.report import format_totals, merge, write_rank_rows
 from neoxlab.config import Config
 from neoxlab.layout import Layout, padded_vocab_size, resolve_layout
-from neoxlab.rankjob import Preempted, run_rank
+from neoxlab.run import rundir
+from neoxlab.run.rankjob import Preempted, run_rank
 from neoxlab.train import checkpoint_io
 from neoxlab.train.checkpoint_io import Resumed
 from neoxlab.train.preemption import StopSignals, signal_name, stop_request_file
@@ -87,7 +88,7 @@ class StepRunner:
 
     def batches(self, step: int) -> Iterator:
         """This DP rank's micro-batches of 1-based training step `step`."""
-        from neoxlab.data import micro_batches
+        from neoxlab.train.data import micro_batches
 
         layout = self.layout
         return micro_batches(
@@ -139,7 +140,7 @@ def prepare(cfg: Config, run_dir: Path, rank: int, terminal: TextIO | None):
     Returns (runner, patch, layout); patch is None when compression.patch is off."""
     import torch
 
-    from neoxlab.data import TokenWindows
+    from neoxlab.train.data import TokenWindows
     from neoxlab.train.reporting import StepReporter
 
     torch.manual_seed(cfg.train.seed)

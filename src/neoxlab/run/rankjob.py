@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from neoxlab import dist, rundir
 from neoxlab.config import Config
+from neoxlab.run import dist, rundir
 
 RankBody = Callable[[Config, dist.RankInfo, "TextIO | None"], None]
 PREEMPTED_EXIT = 85  # the job stopped on request after saving a checkpoint: requeue it

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from neoxlab import rundir
+from neoxlab.run import rundir
 
 
 def member_row(name: str, run_dir: Path | None) -> dict:

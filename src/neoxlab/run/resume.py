@@ -1,4 +1,4 @@
-"""`python -m neoxlab.resume <run_dir>` (make resume RUN=...): continue a training run.
+"""`python -m neoxlab.run.resume <run_dir>` (make resume RUN=...): continue a training run.
 
 Relaunches the ranks on the same run dir (never a new one): locally with mpiexec, or, for a
 cluster run, by resubmitting the run dir's job script from the login node. The ranks resume
@@ -13,13 +13,13 @@ from pathlib import Path
 
 import psutil
 
-from neoxlab import rundir
 from neoxlab.config import Config, ConfigError
 from neoxlab.layout import resolve_layout
+from neoxlab.run import rundir
 from neoxlab.train import checkpoints
 from neoxlab.train.reporting import metrics_up_to
 
-USAGE = "usage: python -m neoxlab.resume <run_dir>   (make resume RUN=results/<exp>/<run_id>)"
+USAGE = "usage: python -m neoxlab.run.resume <run_dir>   (make resume RUN=results/<exp>/<run_id>)"
 
 
 def live_ranks(run_dir: Path) -> list[int]:

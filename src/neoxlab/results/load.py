@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from neoxlab import metrics, serve_results
+from neoxlab import metrics
+from neoxlab.results import serve as serve_results
 
 DIMS = ("dp", "zero", "tp", "pp", "other")
 COMM_FIELDS = ("calls", "bytes_in", "bytes_out", "compress_s", "decompress_s", "comm_s")

@@ -12,7 +12,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
-from neoxlab.perfmodel.profile import PerfProfile
+from neoxlab.config.profile import PerfProfile
 
 
 @dataclass

@@ -6,9 +6,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from neoxlab import rundir
 from neoxlab.config import Config, to_dict
 from neoxlab.layout import estimate_memory, resolve_layout
+from neoxlab.run import rundir
 
 
 def plan_run(cfg: Config, argv: list[str] | None = None, root: Path | None = None) -> Path:

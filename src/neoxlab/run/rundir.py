@@ -20,7 +20,7 @@ from typing import Any
 
 from neoxlab.config import Config, to_dict
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 TRACKED_PACKAGES = (
     "neoxlab", "torch", "deepspeed", "megatron-core", "mpi4py", "mpich", "hydra-core",
     "omegaconf", "zfpy", "transformers", "wandb",

@@ -10,10 +10,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from neoxlab import rundir
-from neoxlab.compose import compose_experiment
 from neoxlab.config import ConfigError
+from neoxlab.config.compose import compose_experiment
 from neoxlab.launch import manifest, scheduler_module
+from neoxlab.run import rundir
 
 COLUMNS = ("experiment", "run_id", "scheduler", "job_id", "job_state", "run_state",
            "submitted_at")
@@ -48,7 +48,7 @@ def format_rows(rows: list[dict[str, str]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m neoxlab.status", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m neoxlab.run.status", description=__doc__)
     parser.add_argument("experiment")
     parser.add_argument("--results", type=Path, default=None,
                         help="results directory (default: the experiment's launch.results_dir)")
