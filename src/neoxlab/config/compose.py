@@ -11,7 +11,7 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
 from neoxlab.config import Config, ConfigError, to_structured
-from neoxlab.run.rundir import REPO_ROOT
+from neoxlab.files import REPO_ROOT
 
 # The schema is the base of configs/config.yaml, so overrides of any schema field work even
 # when no YAML file sets it, and unknown keys fail during composition.

@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 from neoxlab.config import Config, ConfigError
+from neoxlab.files import REPO_ROOT
 from neoxlab.launch.ranks import rank_command, rank_env
-from neoxlab.run.rundir import REPO_ROOT
 from neoxlab.train.preemption import stop_request_file
 
 TEMPLATE_DIR = REPO_ROOT / "launch"

@@ -5,12 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from neoxlab.config import Config
-from neoxlab.run.rundir import REPO_ROOT
-
-# The per-rank program of each task (builtin engine): `python -m <module> <run_dir>`.
-TASK_MODULES = {
-    "train": "neoxlab.train", "serve": "neoxlab.serve", "microbench": "neoxlab.omb.task"
-}
+from neoxlab.files import REPO_ROOT
+from neoxlab.tasks import TASKS
 
 
 def rank_command(cfg: Config, run_dir: Path, python: str) -> list[str]:
@@ -18,7 +14,7 @@ def rank_command(cfg: Config, run_dir: Path, python: str) -> list[str]:
         from neoxlab.neox.launch import rank_command as neox_command
 
         return neox_command(cfg, run_dir, python)
-    return [python, "-m", TASK_MODULES[cfg.task.name], str(run_dir)]
+    return [python, "-m", TASKS[cfg.task.name].rank_module, str(run_dir)]
 
 
 def rank_env(cfg: Config, run_dir: Path) -> dict[str, str]:

@@ -39,6 +39,7 @@ import numpy as np
 
 from neoxlab.config import Config, ConfigError
 from neoxlab.config.profile import CodecProfile, LinkProfile, PerfProfile
+from neoxlab.files import REPO_ROOT, now
 from neoxlab.perfmodel.predict import _predict
 from neoxlab.perfmodel.stretch import Sampler, during_steps, this_thread
 from neoxlab.run import rundir
@@ -108,7 +109,7 @@ def omb_sweep(benchmark: str, backend: str, ranks: int, timeout: float = 300
            "--format", "json", "-m", OMB_SIZES, *OMB_ITERS]
     with Sampler("neoxlab.omb") as sampler:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                              cwd=rundir.REPO_ROOT)
+                              cwd=REPO_ROOT)
     if proc.returncode:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
     start = proc.stdout.index("{")
@@ -253,7 +254,7 @@ def calibrate(base: PerfProfile, runs: list[tuple[Path, float | None]], links: b
 
     runs: (completed run dir, the other jobs' threads measured during it, or None)."""
     measured: dict = {"host": rundir.provenance(0)["host"],
-                      "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+                      "created_at": now()}
     profile = dataclasses.replace(base, calibration=None)
     if links:
         measured["links"] = {"used": "gloo (torch.distributed on CPU ranks: local training)"}
@@ -305,7 +306,7 @@ def measured_run(root: Path, overrides: list[str], timeout: float | None = None
     cmd = [sys.executable, "-m", "neoxlab", "experiment=local_3d",
            f"launch.results_dir={root}", *RUN_SETTINGS, *overrides]
     with Sampler("neoxlab.train") as sampler:
-        proc = subprocess.run(cmd, cwd=rundir.REPO_ROOT, capture_output=True, text=True,
+        proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True,
                               timeout=timeout)
     if proc.returncode:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n"

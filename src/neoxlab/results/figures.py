@@ -24,8 +24,8 @@ from pathlib import Path
 import jupytext
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
+from neoxlab.files import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
 ANALYSIS = REPO_ROOT / "analysis"
 CELL_TIMEOUT_S = 300
 PARALLEL = 4

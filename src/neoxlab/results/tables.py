@@ -21,10 +21,10 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from neoxlab.files import REPO_ROOT, atomic_path
 from neoxlab.results.load import COMM_FIELDS, STEP_FIELDS, Malformed, Run, find_run_dirs, load_run
 from neoxlab.results.serve import ENGINE_FIELDS, REQUEST_FIELDS
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
 BASELINE = "none"
 NOT_EXPERIMENTS = {"tables", "figures", "predictions", "calibration"}
 CONTEXT = ["model", "gpus"]  # what must match for two schemes to be compared
@@ -135,12 +135,11 @@ def compare_schemes(runs: pd.DataFrame) -> pd.DataFrame:
 
 def write_table(frame: pd.DataFrame, path: Path) -> None:
     """Parquet or CSV by suffix, replaced atomically (a reader never sees half a table)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    if path.suffix == ".csv":
-        frame.to_csv(tmp, index=False)
-    else:
-        frame.to_parquet(tmp, index=False)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        if path.suffix == ".csv":
+            frame.to_csv(tmp, index=False)
+        else:
+            frame.to_parquet(tmp, index=False)
 
 
 def collect(

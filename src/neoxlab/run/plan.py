@@ -1,45 +1,46 @@
-"""Freeze a validated config into a new run dir with everything a rank needs to start."""
+"""Check a config, freeze it into a new run dir and add its task's files (e.g. deepspeed.json)."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
-from neoxlab.config import Config, to_dict
-from neoxlab.layout import estimate_memory, resolve_layout
+from neoxlab.config import Config
+from neoxlab.config.check import check
+from neoxlab.files import free_bytes, gib
+from neoxlab.layout import total_params
 from neoxlab.run import rundir
+from neoxlab.tasks import TASKS
 
 
 def plan_run(cfg: Config, argv: list[str] | None = None, root: Path | None = None) -> Path:
-    """Validate (raises ConfigError with every problem), then write the run dir."""
-    layout = resolve_layout(cfg)
-    run_dir = rundir.create_run_dir(cfg, layout.dp, root)
-    data = to_dict(cfg)
-    rundir.write_json(run_dir / "config.json", data)
-    rundir.write_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(data)))
-    if cfg.task.name == "train" and cfg.engine.name == "builtin":
-        from neoxlab.train.deepspeed_config import render
-
-        rundir.write_json(run_dir / "deepspeed.json", render(cfg, layout))
-    elif cfg.task.name == "train" and cfg.engine.name == "neox":
-        from neoxlab.neox.render import write_neox_yml
-
-        write_neox_yml(cfg, layout, run_dir)
-    memory = estimate_memory(cfg, layout)
-    rundir.write_json(
-        run_dir / "layout.json",
-        {
-            "world_size": layout.world_size, "tp": layout.tp, "pp": layout.pp,
-            "dp": layout.dp, "micro_batch": layout.micro_batch,
-            "grad_accum": layout.grad_accum, "global_batch": layout.global_batch,
-            "memory_estimate_gib": {
-                "weights": memory.weights / 2**30, "gradients": memory.gradients / 2**30,
-                "optimizer": memory.optimizer / 2**30, "activations": memory.activations / 2**30,
-                "total": memory.total / 2**30,
-            },
-        },
-    )
-    rundir.write_json(run_dir / "provenance.json", rundir.provenance(layout.world_size, argv))
-    rundir.set_status(run_dir, "planned")
+    """Every rule first (raises ConfigError with every problem), then the run dir."""
+    layout = check(cfg)
+    run_dir = rundir.freeze(cfg, layout, argv, root)
+    hook = TASKS[cfg.task.name].plan
+    if hook is not None:
+        hook(cfg, layout, run_dir)
+    warning = checkpoint_space_warning(cfg, run_dir)
+    if warning:
+        print(f"[neoxlab] warning: {warning}", file=sys.stderr, flush=True)
     return run_dir
+
+
+def checkpoint_bytes(cfg: Config) -> int:
+    """One checkpoint of every rank: weights plus optimizer states (fp32 master and Adam
+    moments), summed over the model (ZeRO and TP/PP split them but keep the sum)."""
+    half = cfg.train.precision in ("fp16", "bf16")
+    return total_params(cfg.model) * ((2 + 12) if half else (4 + 8))
+
+
+def checkpoint_space_warning(cfg: Config, run_dir: Path) -> str | None:
+    """Checkpoints kept (plus the one being written) against the run dir's free space."""
+    if cfg.train.checkpoint_every <= 0 or cfg.task.name != "train":
+        return None
+    need = checkpoint_bytes(cfg) * (cfg.train.keep_checkpoints + 1)
+    free = free_bytes(run_dir)
+    if free >= need:
+        return None
+    return (f"{run_dir} has {gib(free)} free, but train.keep_checkpoints="
+            f"{cfg.train.keep_checkpoints} checkpoints (+1 while writing) need about {gib(need)}; "
+            "free space, keep fewer checkpoints or set launch.results_dir to a larger disk")
