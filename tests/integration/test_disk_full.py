@@ -34,7 +34,7 @@ def test_full_disk_ends_in_one_line_and_no_stale_running_state(tiny_disk):
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-3000:]
     assert "[neoxlab] warning:" in proc.stderr and "free" in proc.stderr  # before launch
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("[neoxlab] error:")]
+    errors = [line for line in proc.stderr.splitlines() if "[neoxlab] error:" in line]
     assert errors and "no space left on device" in errors[-1], proc.stderr[-3000:]
     assert "free" in errors[-1] and str(tiny_disk) in errors[-1]
     launcher_lines = [line for line in proc.stderr.splitlines()
