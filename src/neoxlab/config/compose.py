@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
@@ -23,14 +21,6 @@ EXPERIMENT_DIR = REPO_ROOT / "experiments"
 
 def list_experiments() -> list[str]:
     return sorted(p.stem for p in EXPERIMENT_DIR.glob("*.yaml"))
-
-
-def experiment_command(name: str) -> str:
-    """The `Run:` line an experiment file names (its documented command)."""
-    for line in (EXPERIMENT_DIR / f"{name}.yaml").read_text().splitlines():
-        if line.startswith("# Run:"):
-            return line.removeprefix("# Run:").strip()
-    return f"make run EXP={name}"
 
 
 def compose_experiment(name: str, overrides: list[str] | None = None) -> Config:
@@ -58,7 +48,3 @@ def compose_experiment(name: str, overrides: list[str] | None = None) -> Config:
     container = OmegaConf.to_container(raw, resolve=True)
     container.pop("experiments", None)  # hydra records the group selection; not a field
     return to_structured(container)
-
-
-def config_path(group: str, option: str) -> Path:
-    return CONFIG_DIR / group / f"{option}.yaml"

@@ -39,10 +39,6 @@ def current():
     return _state.patch
 
 
-def is_installed() -> bool:
-    return _state.installed
-
-
 def load_layout(run_dir: Path):
     """The frozen layout of a planned run (layout.json), without re-validating the config."""
     from neoxlab.layout import Layout
