@@ -65,10 +65,11 @@ def resolve_layout(cfg: Config) -> Layout:
     errors = validate(cfg) or memory_errors(cfg)
     if errors:
         raise ConfigError(format_errors(cfg.experiment, errors))
-    return _layout(cfg)
+    return layout_of(cfg)
 
 
-def _layout(cfg: Config) -> Layout:
+def layout_of(cfg: Config) -> Layout:
+    """The layout arithmetic alone (dp inferred), without checking any rule."""
     p = cfg.parallel
     world = world_size(cfg)
     dp = p.dp if p.dp is not None else world // (p.tp * p.pp)
@@ -234,7 +235,7 @@ def rotary_dim_of(model: ModelConfig) -> int:
 def memory_errors(cfg: Config) -> list[str]:
     """The memory estimate against the device; only meaningful on an otherwise valid config."""
     errors: list[str] = []
-    layout = _layout(cfg)
+    layout = layout_of(cfg)
     est = estimate_memory(cfg, layout)
     capacity = cfg.cluster.device_memory_gib * GIB
     if est.total > capacity:

@@ -24,6 +24,7 @@ import yaml
 from neoxlab.files import REPO_ROOT, atomic_path
 from neoxlab.results.load import COMM_FIELDS, STEP_FIELDS, Malformed, Run, find_run_dirs, load_run
 from neoxlab.results.serve import ENGINE_FIELDS, REQUEST_FIELDS
+from neoxlab.results import RUN_KEYS
 
 BASELINE = "none"
 NOT_EXPERIMENTS = {"tables", "figures", "predictions", "calibration"}
@@ -57,9 +58,6 @@ def runs_table(runs: list[Run], group: str) -> pd.DataFrame:
     frame = pd.DataFrame([run.row for run in runs])
     frame.insert(0, "group", group)
     return frame
-
-
-RUN_KEYS = ("experiment", "run_id", "scheme", "gpus", "status")
 
 
 def _per_run(runs: list[Run], group: str, attr: str, columns: tuple[str, ...]) -> pd.DataFrame:

@@ -19,7 +19,7 @@ from neoxlab import metrics
 from neoxlab.comm.install import install_for_run
 from neoxlab.comm.report import format_totals, merge, write_rank_rows
 from neoxlab.config import Config
-from neoxlab.layout import Layout, padded_vocab_size, resolve_layout
+from neoxlab.layout import Layout, resolve_layout
 from neoxlab.run import rundir
 from neoxlab.run.rankjob import Preempted, run_rank
 from neoxlab.train import checkpoint_io
@@ -77,13 +77,8 @@ class StepRunner:
         self.windows, self.dp_rank, self.reporter = windows, dp_rank, reporter
         self.patch = patch
         self.resumed = resumed or Resumed(0)
-        vocab = padded_vocab_size(cfg.model, layout.tp)
-        self.hardware_flops = metrics.flops_per_iteration(
-            cfg.model, layout.global_batch, vocab, cfg.parallel.activation_checkpointing
-        )
-        self.model_flops = metrics.flops_per_iteration(
-            cfg.model, layout.global_batch, vocab, False
-        )
+        self.hardware_flops, self.model_flops = metrics.iteration_flops(
+            cfg, layout.tp, layout.global_batch)
         self.records: list[dict[str, Any]] = list(reporter.earlier) if reporter else []
 
     def batches(self, step: int) -> Iterator:
