@@ -6,9 +6,10 @@ import json
 from pathlib import Path
 
 from neoxlab.comm.accounting import Accountant, totals_by_dim
+from neoxlab.config import DIMS
 from neoxlab.run import rundir
 
-DIM_ORDER = ("dp", "zero", "tp", "pp", "other")
+DIM_ORDER = DIMS
 
 
 def write_rank_rows(run_dir: Path, rank: int, accountant: Accountant) -> None:

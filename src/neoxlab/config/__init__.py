@@ -3,11 +3,14 @@ place every rule runs (check.py). The schema's names are importable from here; c
 check are imported by their full names (check sits above every rule module)."""
 
 from neoxlab.config.schema import (
+    COMPRESSIBLE_DIMS,
+    DIMS,
     ClusterConfig,
     CompressionConfig,
     Config,
     ConfigError,
     DataConfig,
+    Dim,
     DimCompressionConfig,
     EngineConfig,
     LaunchConfig,
@@ -25,6 +28,7 @@ from neoxlab.config.schema import (
 )
 
 __all__ = [
+    "COMPRESSIBLE_DIMS", "DIMS", "Dim",
     "ClusterConfig", "CompressionConfig", "Config", "ConfigError", "DataConfig",
     "DimCompressionConfig", "EngineConfig", "LaunchConfig", "LoggerConfig", "MicrobenchConfig",
     "ModelConfig", "ParallelConfig", "ServeConfig", "TaskConfig", "TrainConfig", "ZeroConfig",

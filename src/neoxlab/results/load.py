@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from neoxlab.config import DIMS
 from neoxlab import metrics
 from neoxlab.config import from_dict
 from neoxlab.layout import layout_of
 from neoxlab.results import serve as serve_results
 
-DIMS = ("dp", "zero", "tp", "pp", "other")
 COMM_FIELDS = ("calls", "bytes_in", "bytes_out", "compress_s", "decompress_s", "comm_s")
 STEP_FIELDS = (
     "step", "iteration_s", "samples_per_s", "tokens_per_s", "tflops_per_gpu", "mfu",
