@@ -18,6 +18,7 @@ from neoxlab.config import Config
 from neoxlab.launch import hostfile, manifest
 from neoxlab.launch.failure import diagnose
 from neoxlab.launch.submit import submit_and_record
+from neoxlab.neox.metrics import collect_metrics
 from neoxlab.run import rundir
 from neoxlab.train.preemption import stop_request_file
 
@@ -44,8 +45,6 @@ def begin(run_dir: Path, env: dict[str, str]) -> None:
 def end(run_dir: Path, code: int) -> None:
     cfg = rundir.load_config(run_dir)
     if cfg.engine.name == "neox":
-        from neoxlab.neox import collect_metrics
-
         collect_metrics(run_dir)
     state = rundir.read_json(run_dir / "status.json").get("state")
     if state == "preempted":  # the ranks checkpointed on the pre-walltime signal

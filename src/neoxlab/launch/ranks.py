@@ -6,23 +6,20 @@ from pathlib import Path
 
 from neoxlab.config import Config
 from neoxlab.files import REPO_ROOT
+from neoxlab.neox import launch as neox
 from neoxlab.tasks import TASKS
 
 
 def rank_command(cfg: Config, run_dir: Path, python: str) -> list[str]:
     if cfg.engine.name == "neox":
-        from neoxlab.neox.launch import rank_command as neox_command
-
-        return neox_command(cfg, run_dir, python)
+        return neox.rank_command(cfg, run_dir, python)
     return [python, "-m", TASKS[cfg.task.name].rank_module, str(run_dir)]
 
 
 def rank_env(cfg: Config, run_dir: Path) -> dict[str, str]:
     """Variables the ranks need on top of the site's environment."""
     if cfg.engine.name == "neox":
-        from neoxlab.neox.launch import rank_env as neox_env
-
-        return neox_env(cfg, run_dir)
+        return neox.rank_env(cfg, run_dir)
     env = {
         "OMP_NUM_THREADS": str(cfg.engine.torch_threads),
         "PYTHONUNBUFFERED": "1",

@@ -41,6 +41,8 @@ def current():
 
 def load_layout(run_dir: Path):
     """The frozen layout of a planned run (layout.json), without re-validating the config."""
+    # function-level (here and below): the start-up shim imports this module into every
+    # Python process; neoxlab's modules (and torch through them) load only on install
     from neoxlab.layout import Layout
     from neoxlab.run.rundir import read_json
 

@@ -37,9 +37,13 @@ from pathlib import Path
 
 import numpy as np
 
+from neoxlab.compress import make_compressor
 from neoxlab.config import Config, ConfigError
+from neoxlab.config.compose import compose_experiment
 from neoxlab.config.profile import CodecProfile, LinkProfile, PerfProfile
 from neoxlab.files import REPO_ROOT, now
+from neoxlab.launch.local import mpiexec_path
+from neoxlab.layout import resolve_layout
 from neoxlab.perfmodel.predict import _predict
 from neoxlab.perfmodel.stretch import Sampler, during_steps, this_thread
 from neoxlab.run import rundir
@@ -102,8 +106,6 @@ def fit_alpha_beta(sweeps: list[tuple[str, int, list[dict], float]]) -> LinkProf
 def omb_sweep(benchmark: str, backend: str, ranks: int, timeout: float = 300
               ) -> tuple[list[dict], float]:
     """One omb sweep under mpiexec: rank 0's JSON rows and the ranks' stretch meanwhile."""
-    from neoxlab.launch.local import mpiexec_path
-
     cmd = [mpiexec_path(), "-n", str(ranks), sys.executable, "-m", "neoxlab.omb", benchmark,
            "--backend", backend, "--buffer", "torch" if backend == "torch" else "numpy",
            "--format", "json", "-m", OMB_SIZES, *OMB_ITERS]
@@ -131,8 +133,6 @@ def measure_codec(spec: str, small: int = 4096, large: int = 1 << 20, repeats: i
     """Throughput from the large message, per-call cost from the small one (fp32 values),
     scaled to a core of its own by this thread's stretch while timing."""
     import torch
-
-    from neoxlab.compress import make_compressor
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -180,8 +180,6 @@ def _with(profile: PerfProfile, values: dict[str, float]) -> PerfProfile:
 
 
 def _branches(cfg: Config, profile: PerfProfile, external: float | None) -> tuple[float, float]:
-    from neoxlab.layout import resolve_layout
-
     pred = _predict(cfg, resolve_layout(cfg), profile, "calibration", external)
     return pred.critical_s, pred.throughput_s
 
@@ -347,8 +345,6 @@ def main(argv: list[str] | None = None) -> int:
                         help="links and codecs only; keep the profile's compute values")
     parser.add_argument("--cluster", default="local", help="cluster config to start from")
     args = parser.parse_args(argv)
-    from neoxlab.config.compose import compose_experiment
-
     cfg = compose_experiment("local_3d", [f"cluster={args.cluster}",
                                           f"launch.results_dir={args.results}"])
     if cfg.cluster.profile is None:

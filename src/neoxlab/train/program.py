@@ -24,7 +24,9 @@ from neoxlab.run import rundir
 from neoxlab.run.rankjob import Preempted, run_rank
 from neoxlab.train import checkpoint_io
 from neoxlab.train.checkpoint_io import Resumed
+from neoxlab.train.data import TokenWindows, micro_batches
 from neoxlab.train.preemption import StopSignals, signal_name, stop_request_file
+from neoxlab.train.reporting import StepReporter
 
 
 class InjectedFailure(RuntimeError):
@@ -51,8 +53,9 @@ def init_distributed(cfg: Config, layout: Layout):
 
 
 def build_engine(cfg: Config, layout: Layout, topology, ds_config: dict):
-    import deepspeed
+    import deepspeed  # third-party imports where the engine is built, as before
 
+    # function-level: model.pipe imports deepspeed, loaded only where the engine is built
     from neoxlab.model.pipe import build_pipeline_model
 
     model = build_pipeline_model(
@@ -83,8 +86,6 @@ class StepRunner:
 
     def batches(self, step: int) -> Iterator:
         """This DP rank's micro-batches of 1-based training step `step`."""
-        from neoxlab.train.data import micro_batches
-
         layout = self.layout
         return micro_batches(
             self.windows, step - 1, layout.global_batch, self.dp_rank, layout.micro_batch,
@@ -134,9 +135,6 @@ def prepare(cfg: Config, run_dir: Path, rank: int, terminal: TextIO | None):
 
     Returns (runner, patch, layout); patch is None when compression.patch is off."""
     import torch
-
-    from neoxlab.train.data import TokenWindows
-    from neoxlab.train.reporting import StepReporter
 
     torch.manual_seed(cfg.train.seed)
     torch.set_num_threads(cfg.engine.torch_threads)
