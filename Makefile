@@ -30,20 +30,20 @@ run: $(STAMP) ## run experiment EXP (default local_compare) with Hydra overrides
 	$(PY) -m neoxlab experiment=$(EXP) $(OVERRIDES)
 
 status: $(STAMP) ## runs of EXP, their scheduler jobs and states (results/manifests/<exp>.jsonl)
-	$(PY) -m neoxlab.status $(EXP)
+	$(PY) -m neoxlab.run.status $(EXP)
 
 resume: $(STAMP) ## continue a stopped local training run: make resume RUN=results/<exp>/<run_id>
 	@test -n "$(RUN)" || { echo "usage: make resume RUN=results/<experiment>/<run_id>" >&2; exit 2; }
-	$(PY) -m neoxlab.resume $(RUN)
+	$(PY) -m neoxlab.run.resume $(RUN)
 
 # EXP defaults to local_compare for `run`; collect/figures act on every experiment unless EXP is given.
 EXP_ARG := $(if $(filter command line,$(origin EXP)),--exp $(EXP))
 
 collect: $(STAMP) ## run dirs -> results/tables/<exp>.*.parquet (every experiment, or EXP=<name>)
-	$(PY) -m neoxlab.collect $(EXP_ARG)
+	$(PY) -m neoxlab.results.tables $(EXP_ARG)
 
 figures: $(STAMP) ## analysis/ notebooks -> results/figures/ (every experiment, or EXP=<name>)
-	$(PY) -m neoxlab.figures $(EXP_ARG)
+	$(PY) -m neoxlab.results.figures $(EXP_ARG)
 
 test: $(STAMP) ## run the test suite
 	$(PY) -m pytest -q $(TESTS)

@@ -25,12 +25,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from neoxlab import rundir
-from neoxlab.compose import compose_experiment
 from neoxlab.config import Config
+from neoxlab.config.compose import compose_experiment
 from neoxlab.launch import local
 from neoxlab.layout import world_size
-from neoxlab.plan import plan_run
+from neoxlab.run import rundir
+from neoxlab.run.plan import plan_run
 
 GOAL_PCT = 2.0
 HERE = Path(__file__).resolve().parent

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import torch
 
-from neoxlab import dist, rundir
-from neoxlab.rankjob import redirect_output
+from neoxlab.run import dist, rundir
+from neoxlab.run.rankjob import redirect_output
 from neoxlab.train.program import prepare
 
 

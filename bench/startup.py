@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from neoxlab import rundir
+from neoxlab.run import rundir
 
 MODES = ("disabled", "offline")
 RUN_DIR_PREFIX = "[neoxlab] run dir: "

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from neoxlab.compose import compose_experiment
 from neoxlab.config import to_dict
+from neoxlab.config.compose import compose_experiment
 
 
 def write_serve_run(results: Path, exp: str, run_id: str, totals: dict[float, dict[str, float]],

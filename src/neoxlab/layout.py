@@ -1,7 +1,8 @@
-"""Pure layout arithmetic and validation: world size, batch identities, memory per device.
+"""Pure layout arithmetic and its rules: world size, batch identities, memory per device.
 
-Every rule is checked and every violation reported at once, with its numbers and a fix,
-so a researcher fixes a config in one round instead of one error per submission.
+Imports only the config schema. The rules of tasks, engines, clusters and compression live
+beside their code; config/check.py runs them all together with these, so every violation is
+reported at once, with its numbers and a fix.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from dataclasses import dataclass
 from neoxlab.config import Config, ConfigError, ModelConfig
 
 GIB = 1024**3
-TASKS = ("train", "microbench", "serve", "predict")
 PRECISIONS = ("fp32", "fp16", "bf16")
 WANDB_MODES = ("offline", "online", "disabled")
 BACKENDS = ("auto", "gloo", "nccl")
@@ -60,14 +60,16 @@ def world_size(cfg: Config) -> int:
 
 
 def resolve_layout(cfg: Config) -> Layout:
-    """The layout with dp inferred; raises ConfigError listing every violated rule."""
-    errors = validate(cfg)
+    """The layout with dp inferred; raises ConfigError listing every violated layout rule
+    (config/check.py's check() adds every other rule)."""
+    errors = validate(cfg) or memory_errors(cfg)
     if errors:
         raise ConfigError(format_errors(cfg.experiment, errors))
-    return _layout(cfg)
+    return layout_of(cfg)
 
 
-def _layout(cfg: Config) -> Layout:
+def layout_of(cfg: Config) -> Layout:
+    """The layout arithmetic alone (dp inferred), without checking any rule."""
     p = cfg.parallel
     world = world_size(cfg)
     dp = p.dp if p.dp is not None else world // (p.tp * p.pp)
@@ -136,10 +138,10 @@ def _choice(errors: list[str], name: str, value: str, allowed: tuple[str, ...]) 
         errors.append(f"{name}='{value}' is not one of {list(allowed)}; pick one of them")
 
 
-def validate(cfg: Config) -> list[str]:
-    """Every violated rule, each with its numbers and a fix; empty when runnable."""
+def basic_errors(cfg: Config) -> list[str]:
+    """Positive sizes and known choices: what the arithmetic of validate() needs."""
     errors: list[str] = []
-    p, m, z, c = cfg.parallel, cfg.model, cfg.zero, cfg.cluster
+    p, m, c = cfg.parallel, cfg.model, cfg.cluster
     for name, value in (
         ("parallel.tp", p.tp), ("parallel.pp", p.pp), ("parallel.micro_batch", p.micro_batch),
         ("parallel.grad_accum", p.grad_accum), ("cluster.nodes", c.nodes),
@@ -151,15 +153,20 @@ def validate(cfg: Config) -> list[str]:
         _positive(errors, name, value, "use a positive integer")
     if p.dp is not None and p.dp < 1:
         errors.append(f"parallel.dp={p.dp} must be >= 1 or null (inferred); use null")
-    _choice(errors, "task.name", cfg.task.name, TASKS)
     _choice(errors, "train.precision", cfg.train.precision, PRECISIONS)
     _choice(errors, "logger.wandb", cfg.logger.wandb, WANDB_MODES)
     _choice(errors, "engine.backend", cfg.engine.backend, BACKENDS)
     _choice(errors, "engine.name", cfg.engine.name, ENGINES)
     _choice(errors, "cluster.scheduler", cfg.cluster.scheduler, SCHEDULERS)
+    return errors
+
+
+def validate(cfg: Config) -> list[str]:
+    """Every violated layout rule, each with its numbers and a fix; empty when runnable."""
+    errors = basic_errors(cfg)
     if errors:  # the arithmetic below needs positive sizes
         return errors
-
+    p, m, z, c = cfg.parallel, cfg.model, cfg.zero, cfg.cluster
     world = world_size(cfg)
     if p.dp is None and world % (p.tp * p.pp):
         errors.append(
@@ -218,38 +225,6 @@ def validate(cfg: Config) -> list[str]:
         errors.append("data.source='file' needs data.path=<text file>; give the path")
     elif cfg.data.source not in ("stdlib", "file"):
         errors.append(f"data.source='{cfg.data.source}' is not one of ['stdlib', 'file']")
-    from neoxlab.comm.policy import validate_compression
-    from neoxlab.train.checkpoints import validate_checkpointing
-
-    errors += validate_checkpointing(cfg, world)
-
-    errors += validate_compression(cfg)
-    if cfg.task.name == "microbench":
-        errors += _validate_microbench(cfg, world)
-    from neoxlab.serve.validate import validate_serve
-
-    errors += validate_serve(cfg)
-    from neoxlab.launch.rules import validate_cluster
-
-    errors += validate_cluster(cfg)
-    from neoxlab.neox.validate import validate_neox
-
-    errors += validate_neox(cfg)
-    if not errors:
-        _check_memory(cfg, errors)
-    return errors
-
-
-def _validate_microbench(cfg: Config, world: int) -> list[str]:
-    from neoxlab.omb.options import OptionError, check_options
-    from neoxlab.omb.task import options_for
-
-    errors = []
-    for benchmark in cfg.microbench.benchmarks:
-        try:
-            check_options(options_for(cfg, benchmark), world)
-        except OptionError as exc:
-            errors.append(f"microbench ({benchmark}): {exc}")
     return errors
 
 
@@ -257,8 +232,10 @@ def rotary_dim_of(model: ModelConfig) -> int:
     return int(model.hidden_size // model.num_attention_heads * model.rotary_pct)
 
 
-def _check_memory(cfg: Config, errors: list[str]) -> None:
-    layout = _layout(cfg)
+def memory_errors(cfg: Config) -> list[str]:
+    """The memory estimate against the device; only meaningful on an otherwise valid config."""
+    errors: list[str] = []
+    layout = layout_of(cfg)
     est = estimate_memory(cfg, layout)
     capacity = cfg.cluster.device_memory_gib * GIB
     if est.total > capacity:
@@ -270,3 +247,4 @@ def _check_memory(cfg: Config, errors: list[str]) -> None:
             f"pp={layout.pp}, dp={layout.dp}; raise tp/pp, use ZeRO-1, activation "
             "checkpointing or a smaller micro batch"
         )
+    return errors

@@ -10,7 +10,8 @@ import statistics
 from collections.abc import Iterable
 from typing import Any
 
-from neoxlab.config import ModelConfig
+from neoxlab.config import Config, ModelConfig
+from neoxlab.layout import padded_vocab_size
 
 
 def flops_per_iteration(
@@ -21,6 +22,15 @@ def flops_per_iteration(
     return (
         24 * k * global_batch * s * layers * h**2
         * (1 + s / (6 * h) + padded_vocab / (16 * layers * h))
+    )
+
+
+def iteration_flops(cfg: Config, tp: int, global_batch: int) -> tuple[float, float]:
+    """(hardware, model) FLOPs per iteration: with and without recomputed activations."""
+    vocab = padded_vocab_size(cfg.model, tp)
+    return (
+        flops_per_iteration(cfg.model, global_batch, vocab, cfg.parallel.activation_checkpointing),
+        flops_per_iteration(cfg.model, global_batch, vocab, False),
     )
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from neoxlab import dist as neox_dist
 from neoxlab.comm import collectives as cc
 from neoxlab.compress import make_compressor
+from neoxlab.run import dist as neox_dist
 
 
 def main(out: Path) -> None:

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import torch
 
-from neoxlab import dist
 from neoxlab.config import from_dict
 from neoxlab.layout import padded_vocab_size, resolve_layout
 from neoxlab.model.hf_convert import load_into_pipeline
+from neoxlab.run import dist
 from neoxlab.train.deepspeed_config import render
 from neoxlab.train.program import build_engine, init_distributed
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from neoxlab.rankjob import PREEMPTED_EXIT
+from neoxlab.run.rankjob import PREEMPTED_EXIT
 from neoxlab.train import checkpoints
 from tests.conftest import REPO_ROOT
 from tests.integration.harness import (

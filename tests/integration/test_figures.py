@@ -11,7 +11,8 @@ from pathlib import Path
 import matplotlib.image as mpimg
 import pytest
 
-from neoxlab import collect, figures
+from neoxlab.results import figures
+from neoxlab.results import tables as collect
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 EXP = "local_compare"

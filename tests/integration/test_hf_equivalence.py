@@ -9,8 +9,8 @@ import sys
 
 import torch
 
-from neoxlab.compose import compose_experiment
 from neoxlab.config import to_dict
+from neoxlab.config.compose import compose_experiment
 from neoxlab.launch.local import mpiexec_path
 from tests.conftest import REPO_ROOT
 

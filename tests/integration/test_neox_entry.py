@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from neoxlab.compose import compose_experiment
+from neoxlab.config.compose import compose_experiment
 from neoxlab.neox.launch import SHIM_DIR, rank_command, rank_env
-from neoxlab.plan import plan_run
+from neoxlab.run.plan import plan_run
 from tests.conftest import REPO_ROOT
 
 FAKE_NEOX = REPO_ROOT / "tests" / "fixtures" / "fake_gpt_neox"
@@ -149,6 +149,6 @@ def test_ranks_run_train_py_without_deepy_under_mpiexec(tmp_path):
 
 
 def _loaded(run_dir: Path):
-    from neoxlab.rundir import load_config
+    from neoxlab.run.rundir import load_config
 
     return load_config(run_dir)

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from neoxlab.compose import compose_experiment
+from neoxlab.config.compose import compose_experiment
 from neoxlab.neox.entry import train_argv
-from neoxlab.plan import plan_run
+from neoxlab.run.plan import plan_run
 
 NEOX_DIR = os.environ.get("NEOXLAB_TEST_NEOX_DIR")
 pytestmark = pytest.mark.skipif(not NEOX_DIR, reason="set NEOXLAB_TEST_NEOX_DIR to a checkout")

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from neoxlab import rundir
 from neoxlab.config import Config, ConfigError, to_dict
-from neoxlab.resume import check_resumable
-from neoxlab.resume import main as resume_main
+from neoxlab.run import rundir
+from neoxlab.run.resume import check_resumable
+from neoxlab.run.resume import main as resume_main
 from neoxlab.train import checkpoints
 from neoxlab.train.reporting import keep_metrics_up_to, metrics_up_to
 

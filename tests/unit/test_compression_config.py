@@ -6,10 +6,10 @@ import pytest
 
 from neoxlab.comm.classify import Classifier, Grid
 from neoxlab.comm.policy import mpi_environment
-from neoxlab.compose import compose_experiment
 from neoxlab.config import ConfigError, DimCompressionConfig
-from neoxlab.layout import resolve_layout
-from neoxlab.plan import plan_run
+from neoxlab.config.check import check
+from neoxlab.config.compose import compose_experiment
+from neoxlab.run.plan import plan_run
 
 BAD_SCHEMES = [
     (["compression.dims.dp.compressor=zstd9"], ["compressor='zstd9'", "choose one of"]),
@@ -34,7 +34,7 @@ def test_control_traffic_cannot_be_compressed():
     cfg = compose_experiment("local_mzhybrid")
     cfg.compression.dims["other"] = DimCompressionConfig(compressor="zfp", params={"rate": 8})
     with pytest.raises(ConfigError, match="'other'.*never compressed"):
-        resolve_layout(cfg)
+        check(cfg)
 
 
 def test_grid_matches_pipe_data_model_order():
@@ -69,4 +69,4 @@ def test_mpi_backend_renders_global_switches():
                                               "compression.dims.dp.compressor=int8",
                                               "compression.dims.dp.params={}"])
     with pytest.raises(ConfigError, match="supports only"):
-        resolve_layout(bad)
+        check(bad)

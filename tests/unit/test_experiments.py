@@ -7,7 +7,7 @@ import json
 import pytest
 
 from neoxlab.__main__ import main
-from neoxlab.compose import compose_experiment, list_experiments
+from neoxlab.config.compose import compose_experiment, list_experiments
 
 
 @pytest.mark.parametrize("name", list_experiments())

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 from neoxlab.__main__ import main
-from neoxlab.compose import compose_experiment
 from neoxlab.config import ConfigError
+from neoxlab.config.check import check
+from neoxlab.config.compose import compose_experiment
+from neoxlab.files import REPO_ROOT
 from neoxlab.launch import lsf, slurm
 from neoxlab.launch.jobscript import sanitize_job_name
-from neoxlab.layout import resolve_layout
-from neoxlab.plan import plan_run
-from neoxlab.rundir import REPO_ROOT
+from neoxlab.run.plan import plan_run
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 PAPER_192 = ["baseline_192gpu", "naive_192gpu", "hybrid_192gpu", "mzhybrid_192gpu"]
@@ -131,7 +131,7 @@ def test_config_values_in_scripts_cannot_execute(tmp_path, template):
 def test_directive_values_must_be_plain_tokens(field, value):
     cfg = compose_experiment("hybrid_192gpu", [f"{field}={value}", "launch.submit=false"])
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
-        resolve_layout(cfg)
+        check(cfg)
 
 
 def test_job_names_are_sanitized():

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from neoxlab.compose import compose_experiment
 from neoxlab.config import ConfigError
+from neoxlab.config.compose import compose_experiment
 from neoxlab.layout import (
     GIB,
     estimate_memory,
@@ -14,7 +14,7 @@ from neoxlab.layout import (
     total_params,
     validate,
 )
-from neoxlab.plan import plan_run
+from neoxlab.run.plan import plan_run
 
 BAD_LAYOUTS = [
     # (experiment, overrides, substrings every error message must contain)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from neoxlab.compose import compose_experiment
+from neoxlab.config.compose import compose_experiment
 from neoxlab.metrics import flops_per_iteration, summarize, tflops_per_gpu
 
 

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from neoxlab.compose import compose_experiment
 from neoxlab.config import ConfigError
+from neoxlab.config.compose import compose_experiment
 from neoxlab.neox.entry import gpu_local_rank, train_argv
 from neoxlab.neox.launch import LOCK_FILE, SHIM_DIR, rank_command, rank_env, read_lock
 from neoxlab.neox.metrics import collect_metrics
-from neoxlab.plan import plan_run
+from neoxlab.run.plan import plan_run
 from tests.conftest import REPO_ROOT
 
 LOGS = REPO_ROOT / "tests" / "fixtures" / "logs"

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import yaml
 
-from neoxlab.compose import compose_experiment
+from neoxlab.config.compose import compose_experiment
 from neoxlab.layout import resolve_layout
 from neoxlab.neox.render import owned_keys, render_neox_config, to_yaml
 from neoxlab.neox.validate import OWNED_BY
-from neoxlab.plan import plan_run
+from neoxlab.run.plan import plan_run
 
 NEOX_20B = [
     "engine=neox", "cluster.neox_dir=/gpfs/me/gpt-neox",

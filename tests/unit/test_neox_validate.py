@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from neoxlab.__main__ import main
-from neoxlab.compose import compose_experiment
 from neoxlab.config import ConfigError
-from neoxlab.layout import resolve_layout, validate
+from neoxlab.config.check import check, problems
+from neoxlab.config.compose import compose_experiment
 from neoxlab.neox.validate import check_neox_dir, check_neox_inputs, validate_neox
 
 GOOD = [
@@ -17,7 +17,7 @@ GOOD = [
 
 
 def _errors(*overrides: str, experiment: str = "baseline_192gpu") -> list[str]:
-    return validate(compose_experiment(experiment, list(overrides)))
+    return problems(compose_experiment(experiment, list(overrides)))
 
 
 def test_a_complete_neox_experiment_is_valid():
@@ -74,10 +74,10 @@ def test_builtin_experiments_are_untouched():
     assert validate_neox(compose_experiment("local_3d")) == []
 
 
-def test_resolve_layout_raises_with_every_neox_problem():
+def test_check_raises_with_every_neox_problem():
     cfg = compose_experiment("baseline_192gpu", ["engine=neox", "task=serve"])
     with pytest.raises(ConfigError) as err:
-        resolve_layout(cfg)
+        check(cfg)
     assert "cluster.neox_dir" in str(err.value) and "task.name" in str(err.value)
 
 

@@ -11,15 +11,15 @@ import sys
 import pytest
 
 from neoxlab import metrics
-from neoxlab.compose import compose_experiment
 from neoxlab.config import ConfigError
+from neoxlab.config.compose import compose_experiment
+from neoxlab.config.profile import CodecProfile, LinkProfile, PerfProfile
 from neoxlab.layout import resolve_layout
 from neoxlab.perfmodel import costs, traffic
 from neoxlab.perfmodel.calibrate import fit_alpha_beta, fit_compute
 from neoxlab.perfmodel.predict import COMPONENTS, predict
-from neoxlab.perfmodel.profile import CodecProfile, LinkProfile, PerfProfile
 from neoxlab.perfmodel.resolve import resolve_profile
-from neoxlab.perfmodel.stretch import Load, Sampler
+from neoxlab.perfmodel.stretch import Load
 from neoxlab.perfmodel.topology import crosses_nodes
 from tests.conftest import REPO_ROOT
 
@@ -237,20 +237,4 @@ def test_external_load_leaves_out_our_own_helper_threads():
     assert Load(stretch=1.0, runnable=2.0, helpers=0.5).external(2) == 0.0
 
 
-def test_sampler_sees_a_rank_helper_thread_apart_from_its_main_thread():
-    # a stand-in rank: the main thread mostly sleeps, a helper thread spins the whole time
-    code = ("import threading, time\n"
-            "end = time.time() + 2.0\n"
-            "def spin():\n"
-            "    while time.time() < end: pass\n"
-            "threading.Thread(target=spin).start()\n"
-            "while time.time() < end: time.sleep(0.05)\n")
-    with Sampler("neoxlab-helper-probe", interval=0.05) as sampler:
-        subprocess.run([sys.executable, "-c", code, "neoxlab-helper-probe"], timeout=30,
-                       check=True)
-    load = sampler.load()
-    assert load is not None
-    # the helper spun for ~2 s of the window; on a busy shared machine it gets less than a
-    # core, but far more than the sleeping main thread
-    assert load.helpers > 0.2
-    assert load.runnable < load.helpers
+# The sampler against a spinning helper thread is timing-dependent: bench/perfmodel_validation.py

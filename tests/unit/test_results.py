@@ -11,8 +11,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from neoxlab import collect
-from neoxlab.results import describe_compressor, load_run, parse_neox_log, smooth
+from neoxlab.results import tables as collect
+from neoxlab.results.load import describe_compressor, load_run, parse_neox_log, smooth
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 LOGS = FIXTURES / "logs"

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from neoxlab import collect, figures
-from neoxlab.compose import compose_experiment
 from neoxlab.config import ConfigError, to_dict
+from neoxlab.config.compose import compose_experiment
+from neoxlab.results import figures
+from neoxlab.results import tables as collect
 from neoxlab.serve.validate import check_serve
 from tests.serve_runs import write_serve_run
 

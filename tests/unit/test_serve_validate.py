@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from neoxlab.compose import compose_experiment
 from neoxlab.config import ConfigError
+from neoxlab.config.compose import compose_experiment
 from neoxlab.serve import check_serve, validate_serve
 
 

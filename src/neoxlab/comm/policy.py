@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from neoxlab.compress import CompressionConfigError, Compressor, available, make_compressor
-from neoxlab.config import CompressionConfig, Config
+from neoxlab.config import COMPRESSIBLE_DIMS, CompressionConfig, Config
 
-DIMS = ("dp", "zero", "tp", "pp")  # "other" (control traffic) is never compressed
+DIMS = COMPRESSIBLE_DIMS  # "other" (control traffic) is never compressed
 BACKENDS = ("framework", "mpi")
 ALLREDUCE = ("auto", "alltoall", "allgather")
 MPI_ALGORITHMS = ("zfp", "mpc")

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from neoxlab import rundir
 from neoxlab.comm.accounting import Accountant, totals_by_dim
+from neoxlab.config import DIMS
+from neoxlab.run import rundir
 
-DIM_ORDER = ("dp", "zero", "tp", "pp", "other")
+DIM_ORDER = DIMS
 
 
 def write_rank_rows(run_dir: Path, rank: int, accountant: Accountant) -> None:

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from types import ModuleType
 
+from neoxlab.launch import lsf, slurm
+
+# Each module renders its job script, submits it (SUBMIT), and knows its LIVE_STATES.
+SCHEDULERS: dict[str, ModuleType] = {"lsf": lsf, "slurm": slurm}
+
 
 def scheduler_module(scheduler: str) -> ModuleType:
     """The module that renders, submits and queries jobs of a batch scheduler."""
-    if scheduler == "lsf":
-        from neoxlab.launch import lsf
-
-        return lsf
-    if scheduler == "slurm":
-        from neoxlab.launch import slurm
-
-        return slurm
-    raise ValueError(f"no batch scheduler module for '{scheduler}'")
+    if scheduler not in SCHEDULERS:
+        raise ValueError(f"no batch scheduler module for '{scheduler}'")
+    return SCHEDULERS[scheduler]

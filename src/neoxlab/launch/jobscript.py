@@ -14,8 +14,9 @@ import sys
 from pathlib import Path
 
 from neoxlab.config import Config, ConfigError
+from neoxlab.files import REPO_ROOT
 from neoxlab.launch.ranks import rank_command, rank_env
-from neoxlab.rundir import REPO_ROOT
+from neoxlab.run import rundir
 from neoxlab.train.preemption import stop_request_file
 
 TEMPLATE_DIR = REPO_ROOT / "launch"
@@ -120,8 +121,6 @@ def render(template: str, values: dict[str, str]) -> str:
 
 
 def write_script(run_dir: Path, name: str, text: str) -> Path:
-    from neoxlab import rundir
-
     path = run_dir / name
     rundir.write_atomic(path, text)
     path.chmod(0o755)

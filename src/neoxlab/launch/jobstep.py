@@ -14,10 +14,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from neoxlab import rundir
 from neoxlab.config import Config
-from neoxlab.launch import hostfile
+from neoxlab.launch import hostfile, manifest
 from neoxlab.launch.failure import diagnose
+from neoxlab.launch.submit import submit_and_record
+from neoxlab.neox.metrics import collect_metrics
+from neoxlab.run import rundir
 from neoxlab.train.preemption import stop_request_file
 
 
@@ -37,14 +39,12 @@ def begin(run_dir: Path, env: dict[str, str]) -> None:
     else:
         rundir.write_atomic(run_dir / "hostfile",
                             hostfile.format_hostfile(hosts, cfg.cluster.ranks_per_node))
-    rundir.set_status(run_dir, "starting", job_id=job_id(env), hosts=hosts)
+    rundir.set_status(run_dir, rundir.State.STARTING, job_id=job_id(env), hosts=hosts)
 
 
 def end(run_dir: Path, code: int) -> None:
     cfg = rundir.load_config(run_dir)
     if cfg.engine.name == "neox":
-        from neoxlab.neox import collect_metrics
-
         collect_metrics(run_dir)
     state = rundir.read_json(run_dir / "status.json").get("state")
     if state == "preempted":  # the ranks checkpointed on the pre-walltime signal
@@ -52,38 +52,34 @@ def end(run_dir: Path, code: int) -> None:
         return
     if code == 0:
         if state != "completed":
-            rundir.set_status(run_dir, "completed", exit_code=0)
+            rundir.set_status(run_dir, rundir.State.COMPLETED, exit_code=0)
         return
     logs = sorted((run_dir / "logs").glob("job.*.err"))
     launcher_output = logs[-1].read_text(errors="replace") if logs else ""
-    rundir.set_status(run_dir, "failed", exit_code=code,
+    rundir.set_status(run_dir, rundir.State.FAILED, exit_code=code,
                       **diagnose(run_dir, launcher_output, code))
 
 
 def requeue(cfg: Config, run_dir: Path) -> None:
     """Resubmit the same job script (it resumes from the run dir) while launch.requeue allows;
     every job id of the run goes into the manifest."""
-    from neoxlab.launch import manifest, scheduler_module
-
     results = run_dir.parent.parent
     jobs = [e for e in manifest.read(results, cfg.experiment) if e.get("run_id") == run_dir.name]
     if len(jobs) > cfg.launch.requeue:
-        rundir.set_status(run_dir, "preempted", requeue_left=0, error=(
+        rundir.set_status(run_dir, rundir.State.PREEMPTED, requeue_left=0, error=(
             f"stopped at the time limit after {len(jobs)} jobs (launch.requeue="
             f"{cfg.launch.requeue}); continue with `make resume RUN={run_dir}`"))
         return
     # "requeued" is recorded before submitting: the new job may start (and record its own
     # state) before this one ends
     left = cfg.launch.requeue - len(jobs)
-    rundir.set_status(run_dir, "requeued", requeue_left=left)
-    scheduler = scheduler_module(cfg.cluster.scheduler)
-    try:
-        job_id = scheduler.submit(run_dir / scheduler.SCRIPT_NAME)
-    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
-        rundir.set_status(run_dir, "preempted", error=(
-            f"requeue failed: {exc}; continue with `make resume RUN={run_dir}`"))
+    rundir.set_status(run_dir, rundir.State.REQUEUED, requeue_left=left)
+    job_id = submit_and_record(
+        cfg, run_dir, rundir.State.PREEMPTED,
+        f"requeue failed: {{exc}}; continue with `make resume RUN={run_dir}`",
+        requeue_of=jobs[-1]["job_id"] if jobs else None)
+    if job_id is None:
         return
-    manifest.record_job(run_dir, cfg, job_id, requeue_of=jobs[-1]["job_id"] if jobs else None)
     print(f"[neoxlab] requeued as job {job_id} ({left} requeue(s) left after it)",
           file=sys.stderr)
 

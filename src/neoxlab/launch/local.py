@@ -16,12 +16,12 @@ import threading
 import time
 from pathlib import Path
 
-from neoxlab import rundir
 from neoxlab.config import Config
 from neoxlab.launch.failure import RankWatch, diagnose
 from neoxlab.launch.ranks import rank_command, rank_env
 from neoxlab.layout import world_size
-from neoxlab.rankjob import PREEMPTED_EXIT
+from neoxlab.run import rundir
+from neoxlab.run.rankjob import PREEMPTED_EXIT
 
 GRACE_S = 10
 POLL_S = 0.2
@@ -54,9 +54,12 @@ def _pump(stream, sinks, captured: list[str]) -> None:
     for chunk in iter(lambda: stream.read1(4096), b""):
         text = chunk.decode(errors="replace")
         captured.append(text)
-        for sink in sinks:
-            sink.write(text)
-            sink.flush()
+        for sink in list(sinks):
+            try:
+                sink.write(text)
+                sink.flush()
+            except OSError:  # launcher.log on a full disk: the terminal still gets it all
+                sinks.remove(sink)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -137,23 +140,25 @@ def launch(cfg: Config, run_dir: Path) -> int:
         _kill_group(proc)  # hydra proxies or stray ranks must not outlive the job
         watch.reap()
         pump.join(timeout=5)
-        log.close()
+        with contextlib.suppress(OSError):  # a full disk fails the flush; reported below
+            log.close()
     elapsed = round(time.time() - started, 3)
     state = rundir.read_json(run_dir / "status.json").get("state")
     if code == 0 and reason is None:
         if state != "completed":
-            rundir.set_status(run_dir, "completed", exit_code=0, elapsed_s=elapsed)
+            rundir.set_status(run_dir, rundir.State.COMPLETED, exit_code=0, elapsed_s=elapsed)
         else:
-            rundir.set_status(run_dir, "completed", elapsed_s=elapsed)
+            rundir.set_status(run_dir, rundir.State.COMPLETED, elapsed_s=elapsed)
         rundir.end_attempt(run_dir, 0, "completed")
         return 0
     if code == PREEMPTED_EXIT and reason is None and state == "preempted":
-        rundir.set_status(run_dir, "preempted", elapsed_s=elapsed)
+        rundir.set_status(run_dir, rundir.State.PREEMPTED, elapsed_s=elapsed)
         return code
     fields = diagnose(run_dir, "".join(captured), code, watch.first_dead)
     if reason is not None:
         fields["error"] = f"{reason}; {fields['error']}"
-    rundir.set_status(run_dir, "failed", exit_code=code or 1, elapsed_s=elapsed, **fields)
+    rundir.set_status(run_dir, rundir.State.FAILED, exit_code=code or 1, elapsed_s=elapsed,
+                      **fields)
     failed = f"rank {fields['failed_rank']}: {fields['error']}"
     rundir.end_attempt(run_dir, code or 1, failed, overwrite=True)  # the launcher knows best
     return code or 1

@@ -12,6 +12,8 @@ from neoxlab.launch import jobscript
 
 SCRIPT_NAME = "job.lsf"
 SUBMIT = "bsub"
+# job states in which the job may still run (resume waits for them to end)
+LIVE_STATES = ("PEND", "RUN", "PSUSP", "USUSP", "SSUSP")
 _JOB_ID = re.compile(r"Job <(\d+)>")
 
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 from typing import Any
+
+from neoxlab.files import now
 
 DIR = "manifests"
 
@@ -22,7 +23,7 @@ def path_of(results: Path, experiment: str) -> Path:
 
 def record(results: Path, experiment: str, **entry: Any) -> dict[str, Any]:
     """Append one entry; O_APPEND keeps concurrent writers' lines whole."""
-    entry = {"submitted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **entry}
+    entry = {"submitted_at": now(), **entry}
     line = (json.dumps(entry, sort_keys=True) + "\n").encode()
     path = path_of(results, experiment)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -5,28 +5,21 @@ from __future__ import annotations
 from pathlib import Path
 
 from neoxlab.config import Config
-from neoxlab.rundir import REPO_ROOT
-
-# The per-rank program of each task (builtin engine): `python -m <module> <run_dir>`.
-TASK_MODULES = {
-    "train": "neoxlab.train", "serve": "neoxlab.serve", "microbench": "neoxlab.omb.task"
-}
+from neoxlab.files import REPO_ROOT
+from neoxlab.neox import launch as neox
+from neoxlab.tasks import TASKS
 
 
 def rank_command(cfg: Config, run_dir: Path, python: str) -> list[str]:
     if cfg.engine.name == "neox":
-        from neoxlab.neox.launch import rank_command as neox_command
-
-        return neox_command(cfg, run_dir, python)
-    return [python, "-m", TASK_MODULES[cfg.task.name], str(run_dir)]
+        return neox.rank_command(cfg, run_dir, python)
+    return [python, "-m", TASKS[cfg.task.name].rank_module, str(run_dir)]
 
 
 def rank_env(cfg: Config, run_dir: Path) -> dict[str, str]:
     """Variables the ranks need on top of the site's environment."""
     if cfg.engine.name == "neox":
-        from neoxlab.neox.launch import rank_env as neox_env
-
-        return neox_env(cfg, run_dir)
+        return neox.rank_env(cfg, run_dir)
     env = {
         "OMP_NUM_THREADS": str(cfg.engine.torch_threads),
         "PYTHONUNBUFFERED": "1",

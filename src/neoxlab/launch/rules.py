@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from neoxlab.config import Config, ConfigError
+from neoxlab.launch.jobscript import directive_value
 
 LAUNCHERS = {"local": "mpiexec", "lsf": "jsrun", "slurm": "srun"}
 SLURM_MPI = ("pmi2", "pmix", "pmi1", "none")
@@ -22,8 +23,6 @@ def walltime_ok(scheduler: str, walltime: str) -> bool:
 
 def validate_cluster(cfg: Config) -> list[str]:
     """Every violated cluster/launch rule with its value and fix; empty when launchable."""
-    from neoxlab.launch.jobscript import directive_value
-
     c, errors = cfg.cluster, []
     expected = LAUNCHERS.get(c.scheduler)
     if expected and c.launcher != expected:

@@ -11,6 +11,8 @@ from neoxlab.launch import jobscript
 
 SCRIPT_NAME = "job.sbatch"
 SUBMIT = "sbatch"
+# job states in which the job may still run (resume waits for them to end)
+LIVE_STATES = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "SUSPENDED")
 _STATE = re.compile(r"JobState=(\S+)")
 
 

@@ -22,10 +22,14 @@ from typing import Any, TextIO
 
 import yaml
 
-from neoxlab import dist, rundir
+from neoxlab.comm.report import format_totals, merge
 from neoxlab.config import Config
 from neoxlab.neox import inject
+from neoxlab.neox.launch import LOCK_FILE, read_lock
+from neoxlab.neox.metrics import collect_metrics
 from neoxlab.neox.render import NEOX_YML
+from neoxlab.run import dist, rundir
+from neoxlab.run.rankjob import run_rank
 
 
 def megatron_config(run_dir: Path, neox_dir: Path) -> dict[str, Any]:
@@ -107,8 +111,6 @@ def build_data_helpers(neox_dir: Path) -> None:
 
 def record_provenance(run_dir: Path, neox_dir: Path) -> None:
     """Which GPT-NeoX ran, next to the commit patches/upstream.lock says was read."""
-    from neoxlab.neox.launch import LOCK_FILE, read_lock
-
     out = subprocess.run(["git", "-C", str(neox_dir), "rev-parse", "HEAD"],
                          capture_output=True, text=True, check=False)
     commit = out.stdout.strip() or None
@@ -148,17 +150,12 @@ def _barrier() -> None:
 
 def finish(cfg: Config, run_dir: Path, world_size: int, terminal: TextIO | None) -> None:
     """Rank 0 after every rank is done: metrics.jsonl + summary.json, comm totals."""
-    from neoxlab.comm.report import format_totals, merge
-    from neoxlab.neox.metrics import collect_metrics
-
     collect_metrics(run_dir)
     if inject.current() is not None:
         print(format_totals(merge(run_dir, world_size)), file=terminal, flush=True)
 
 
 def main(run_dir: Path) -> int:
-    from neoxlab.rankjob import run_rank
-
     run_dir = Path(run_dir).resolve()
     return run_rank(run_dir, lambda cfg, info, terminal: run(cfg, run_dir, info, terminal))
 

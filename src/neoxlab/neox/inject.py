@@ -39,14 +39,11 @@ def current():
     return _state.patch
 
 
-def is_installed() -> bool:
-    return _state.installed
-
-
 def load_layout(run_dir: Path):
     """The frozen layout of a planned run (layout.json), without re-validating the config."""
+    # function-level: the shim imports this module into every Python process (see below too)
     from neoxlab.layout import Layout
-    from neoxlab.rundir import read_json
+    from neoxlab.run.rundir import read_json
 
     data = read_json(run_dir / "layout.json")
     return Layout(data["world_size"], data["tp"], data["pp"], data["dp"], data["micro_batch"],
@@ -58,8 +55,9 @@ def install_from_env():
     value = os.environ.get(RUN_DIR_ENV)
     if not value or _state.installed or _state.busy:
         return _state.patch
+    # function-level: the patch (and torch through it) loads only when it is installed
     from neoxlab.comm.install import install_for_run
-    from neoxlab.rundir import load_config
+    from neoxlab.run.rundir import load_config
 
     _state.busy = True
     try:
@@ -77,6 +75,7 @@ def write_rows(rank: int | None = None) -> Path | None:
     """This rank's accounting -> run_dir/logs/comm.rank<N>.json (once; also at exit)."""
     if _state.patch is None or _state.rows_written:
         return None
+    # function-level: only a process that installed the patch writes its rows
     from neoxlab.comm.report import write_rank_rows
 
     if rank is None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from neoxlab.config import Config, ConfigError
-from neoxlab.rundir import REPO_ROOT
+from neoxlab.files import REPO_ROOT
 
 PATCH_DIR = REPO_ROOT / "patches"
 SHIM_DIR = PATCH_DIR / "neoxlab_shim"

@@ -1,8 +1,9 @@
 """After a GPT-NeoX job: its rank logs -> run_dir/metrics.jsonl and summary.json.
 
-The lines are read by neoxlab.results.parse_neox_log; throughput columns are recomputed with
-neoxlab.metrics (the one FLOPs definition), so builtin and GPT-NeoX runs compare like with
-like. GPT-NeoX's own TFLOPS figure is kept beside ours as neox_tflops_per_gpu.
+The lines are read by neoxlab.results.load.neox_steps (the one GPT-NeoX log reader);
+throughput columns are recomputed with neoxlab.metrics (the one FLOPs definition), so
+builtin and GPT-NeoX runs compare like with like. GPT-NeoX's own TFLOPS figure is kept
+beside ours as neox_tflops_per_gpu.
 
 `python -m neoxlab.neox.metrics <run_dir>` runs it by hand (e.g. on a job that was killed).
 """
@@ -10,55 +11,27 @@ like. GPT-NeoX's own TFLOPS figure is kept beside ours as neox_tflops_per_gpu.
 from __future__ import annotations
 
 import json
-import re
 import sys
 from pathlib import Path
 from typing import Any
 
-from neoxlab import metrics, rundir
-from neoxlab.layout import padded_vocab_size
-from neoxlab.results import parse_neox_log
+from neoxlab import metrics
+from neoxlab.results.load import neox_steps
+from neoxlab.run import rundir
 
 NEOX_EXTRAS = ("loss_scale", "skipped_iterations", "nan_iterations", "total_steps")
 
 
-def _rank_of(path: Path) -> int:
-    match = re.fullmatch(r"rank(\d+)\.log", path.name)
-    return int(match.group(1)) if match else 1 << 30
-
-
 def read_log_records(run_dir: Path) -> tuple[list[dict[str, Any]], str, int]:
-    """Step records of the lowest rank that logged any (rank 0 prints GPT-NeoX's lines), the
-    source ('neox_log' | 'deepspeed_log' | 'none') and the count of malformed lines."""
-    logs = sorted((run_dir / "logs").glob("rank*.log"), key=_rank_of)
-    malformed = 0
-    fallback: list[dict[str, Any]] = []
-    for log in logs:
-        parsed = parse_neox_log(log.read_text(errors="replace"), str(log))
-        malformed += len(parsed.malformed)
-        if parsed.neox:
-            return _last_per_step(parsed.neox), "neox_log", malformed
-        fallback = fallback or parsed.deepspeed
-    if fallback:
-        return _last_per_step(fallback), "deepspeed_log", malformed
-    return [], "none", malformed
-
-
-def _last_per_step(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A resumed job repeats steps after its checkpoint: keep each step's latest line."""
-    by_step = {r["step"]: r for r in records}
-    return [by_step[s] for s in sorted(by_step)]
+    """Step records of the run's rank logs (results.load.neox_steps: the lowest rank that
+    logged any, each step's last line), their source and the count of malformed lines."""
+    records, malformed, source = neox_steps(sorted((run_dir / "logs").glob("rank*.log")))
+    return records, source, len(malformed)
 
 
 def iteration_flops(cfg, layout: dict[str, Any]) -> tuple[float, float]:
-    """(hardware, model) FLOPs per iteration: with and without recomputed activations."""
-    vocab = padded_vocab_size(cfg.model, layout["tp"])
-    batch = layout["global_batch"]
-    return (
-        metrics.flops_per_iteration(cfg.model, batch, vocab,
-                                    cfg.parallel.activation_checkpointing),
-        metrics.flops_per_iteration(cfg.model, batch, vocab, False),
-    )
+    """(hardware, model) FLOPs per iteration of a run's layout.json (metrics.iteration_flops)."""
+    return metrics.iteration_flops(cfg, layout["tp"], layout["global_batch"])
 
 
 def to_metrics_records(cfg, layout: dict[str, Any], logged: list[dict]) -> list[dict]:

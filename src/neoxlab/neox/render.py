@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from neoxlab.config import Config
+from neoxlab.files import write_atomic
 from neoxlab.layout import Layout
 
 CHECKPOINT_DIR = "checkpoints"
@@ -202,8 +203,6 @@ def to_yaml(values: dict[str, Any]) -> str:
 
 
 def write_neox_yml(cfg: Config, layout: Layout, run_dir: Path) -> Path:
-    from neoxlab.rundir import write_atomic
-
     path = run_dir / NEOX_YML
     write_atomic(path, to_yaml(render_neox_config(cfg, layout, run_dir)))
     return path

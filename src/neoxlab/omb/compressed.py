@@ -28,6 +28,7 @@ ROOT = 0
 
 def load_compressor(spec: str) -> Any:
     """Import neoxlab.compress only when --compress is used."""
+    # function-level: neoxlab.compress needs torch; benchmarks without --compress must not
     from neoxlab.compress import make_compressor
 
     return make_compressor(spec)

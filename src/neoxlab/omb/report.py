@@ -191,6 +191,7 @@ Cell = int | float | str | None
 
 
 def _cell(text: str) -> Cell:
+    # function-level: neoxlab.compress needs torch; tables without --compress must not
     from neoxlab.compress.registry import parse_value
 
     return None if text == "-" else parse_value(text)

@@ -1,22 +1,21 @@
 """`python -m neoxlab.omb.task <run_dir>`: the micro-benchmarks as a harness task.
 
-Same run dir conventions as training (per-rank logs, error files, status.json); rank 0 prints
-the OSU tables and writes every row to omb.jsonl.
+Same run dir conventions as training (run.rankjob.run_rank: per-rank logs, error files,
+status.json with its attempts); rank 0 prints the OSU tables and writes every row to omb.jsonl.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from neoxlab import rundir
 from neoxlab.config import Config
-from neoxlab.omb.options import OmbOptions, check_options
+from neoxlab.omb.options import OmbOptions, OptionError, check_options
 from neoxlab.omb.report import table_header, table_row
 from neoxlab.omb.runner import iter_rows
+from neoxlab.run.rankjob import run_rank
 
 
 def options_for(cfg: Config, benchmark: str) -> OmbOptions:
@@ -26,6 +25,17 @@ def options_for(cfg: Config, benchmark: str) -> OmbOptions:
         min_size=m.min_size, max_size=m.max_size, iterations=m.iterations, warmup=m.warmup,
         validate=m.validate, full=m.full, barrier=m.barrier, compress=m.compress,
     )
+
+
+def rules(cfg: Config, world: int) -> list[str]:
+    """Every benchmark's options, checked as the ranks would check them, before any starts."""
+    errors = []
+    for benchmark in cfg.microbench.benchmarks:
+        try:
+            check_options(options_for(cfg, benchmark), world)
+        except OptionError as exc:
+            errors.append(f"microbench ({benchmark}): {exc}")
+    return errors
 
 
 def run(cfg: Config, run_dir: Path, comm, terminal) -> int:
@@ -48,30 +58,16 @@ def run(cfg: Config, run_dir: Path, comm, terminal) -> int:
     return 1 if failures else 0
 
 
+def body(cfg: Config, run_dir: Path, terminal) -> None:
+    """The rank body inside run_rank (logs, markers, attempts, status and failure handling)."""
+    from mpi4py import MPI  # mpi4py initializes MPI on import: only on ranks
+
+    if run(cfg, run_dir, MPI.COMM_WORLD, terminal):
+        raise RuntimeError("validation failed (see omb.jsonl)")
+
+
 def main(run_dir: Path) -> int:
-    from mpi4py import MPI
-
-    from neoxlab.rankjob import record_failure, redirect_output
-
-    cfg = rundir.load_config(run_dir)
-    comm = MPI.COMM_WORLD
-    rank = comm.Get_rank()
-    terminal = redirect_output(run_dir, rank)
-    rundir.write_atomic(run_dir / "logs" / f"rank{rank}.pid", str(os.getpid()))
-    try:
-        if rank == 0:
-            rundir.set_status(run_dir, "running", world_size=comm.Get_size())
-        code = run(cfg, run_dir, comm, terminal)
-    except BaseException as exc:  # noqa: BLE001 - a failing rank must end the job
-        record_failure(run_dir, rank, exc)
-        comm.Abort(1)
-        return 1
-    rundir.write_atomic(run_dir / "logs" / f"rank{rank}.done", "")
-    if rank == 0:
-        state = "completed" if code == 0 else "failed"
-        extra = {} if code == 0 else {"error": "validation failed (see omb.jsonl)"}
-        rundir.set_status(run_dir, state, exit_code=code, **extra)
-    return code
+    return run_rank(run_dir, lambda cfg, info, terminal: body(cfg, run_dir, terminal))
 
 
 if __name__ == "__main__":

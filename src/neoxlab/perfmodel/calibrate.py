@@ -37,11 +37,16 @@ from pathlib import Path
 
 import numpy as np
 
-from neoxlab import rundir
+from neoxlab.compress import make_compressor
 from neoxlab.config import Config, ConfigError
+from neoxlab.config.compose import compose_experiment
+from neoxlab.config.profile import CodecProfile, LinkProfile, PerfProfile
+from neoxlab.files import REPO_ROOT, now
+from neoxlab.launch.local import mpiexec_path
+from neoxlab.layout import resolve_layout
 from neoxlab.perfmodel.predict import _predict
-from neoxlab.perfmodel.profile import CodecProfile, LinkProfile, PerfProfile
 from neoxlab.perfmodel.stretch import Sampler, during_steps, this_thread
+from neoxlab.run import rundir
 
 # The calibration runs (neox_small, data parallel on 4 ranks, overrides of experiment
 # local_3d): micro-batches of 1 and 4 sequences separate the FLOP rate from the per-layer
@@ -101,14 +106,12 @@ def fit_alpha_beta(sweeps: list[tuple[str, int, list[dict], float]]) -> LinkProf
 def omb_sweep(benchmark: str, backend: str, ranks: int, timeout: float = 300
               ) -> tuple[list[dict], float]:
     """One omb sweep under mpiexec: rank 0's JSON rows and the ranks' stretch meanwhile."""
-    from neoxlab.launch.local import mpiexec_path
-
     cmd = [mpiexec_path(), "-n", str(ranks), sys.executable, "-m", "neoxlab.omb", benchmark,
            "--backend", backend, "--buffer", "torch" if backend == "torch" else "numpy",
            "--format", "json", "-m", OMB_SIZES, *OMB_ITERS]
     with Sampler("neoxlab.omb") as sampler:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                              cwd=rundir.REPO_ROOT)
+                              cwd=REPO_ROOT)
     if proc.returncode:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
     start = proc.stdout.index("{")
@@ -130,8 +133,6 @@ def measure_codec(spec: str, small: int = 4096, large: int = 1 << 20, repeats: i
     """Throughput from the large message, per-call cost from the small one (fp32 values),
     scaled to a core of its own by this thread's stretch while timing."""
     import torch
-
-    from neoxlab.compress import make_compressor
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -179,8 +180,6 @@ def _with(profile: PerfProfile, values: dict[str, float]) -> PerfProfile:
 
 
 def _branches(cfg: Config, profile: PerfProfile, external: float | None) -> tuple[float, float]:
-    from neoxlab.layout import resolve_layout
-
     pred = _predict(cfg, resolve_layout(cfg), profile, "calibration", external)
     return pred.critical_s, pred.throughput_s
 
@@ -253,7 +252,7 @@ def calibrate(base: PerfProfile, runs: list[tuple[Path, float | None]], links: b
 
     runs: (completed run dir, the other jobs' threads measured during it, or None)."""
     measured: dict = {"host": rundir.provenance(0)["host"],
-                      "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+                      "created_at": now()}
     profile = dataclasses.replace(base, calibration=None)
     if links:
         measured["links"] = {"used": "gloo (torch.distributed on CPU ranks: local training)"}
@@ -305,7 +304,7 @@ def measured_run(root: Path, overrides: list[str], timeout: float | None = None
     cmd = [sys.executable, "-m", "neoxlab", "experiment=local_3d",
            f"launch.results_dir={root}", *RUN_SETTINGS, *overrides]
     with Sampler("neoxlab.train") as sampler:
-        proc = subprocess.run(cmd, cwd=rundir.REPO_ROOT, capture_output=True, text=True,
+        proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True,
                               timeout=timeout)
     if proc.returncode:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n"
@@ -346,8 +345,6 @@ def main(argv: list[str] | None = None) -> int:
                         help="links and codecs only; keep the profile's compute values")
     parser.add_argument("--cluster", default="local", help="cluster config to start from")
     args = parser.parse_args(argv)
-    from neoxlab.compose import compose_experiment
-
     cfg = compose_experiment("local_3d", [f"cluster={args.cluster}",
                                           f"launch.results_dir={args.results}"])
     if cfg.cluster.profile is None:

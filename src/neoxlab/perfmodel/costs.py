@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from neoxlab.perfmodel.profile import CodecProfile, LinkProfile
+from neoxlab.config.profile import CodecProfile, LinkProfile
 from neoxlab.perfmodel.traffic import Message
 
 SMALL_GROUP = 2  # neoxlab.comm.patch uses the all-gather all-reduce up to this group size

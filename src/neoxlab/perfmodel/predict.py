@@ -26,10 +26,10 @@ from dataclasses import asdict, dataclass, field
 
 from neoxlab import metrics
 from neoxlab.config import Config, ConfigError
+from neoxlab.config.profile import LinkProfile, PerfProfile
 from neoxlab.layout import Layout, padded_vocab_size, resolve_layout
 from neoxlab.perfmodel import costs, traffic
 from neoxlab.perfmodel.costs import Codec
-from neoxlab.perfmodel.profile import LinkProfile, PerfProfile
 from neoxlab.perfmodel.resolve import resolve_profile
 from neoxlab.perfmodel.topology import crosses_nodes
 

@@ -10,8 +10,8 @@ from collections.abc import Callable
 import pandas as pd
 
 from neoxlab.config import Config
+from neoxlab.config.profile import PerfProfile
 from neoxlab.perfmodel.predict import COMPONENTS, Prediction, gain_pct, predict
-from neoxlab.perfmodel.profile import PerfProfile
 
 BASELINE = "none"
 # The published gains at 192 V100 (GPT-NeoX-20B, ZeRO-1, Lassen): TFLOPS/GPU and samples/s

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
 from neoxlab.config import Config, ConfigError
-from neoxlab.perfmodel.profile import PerfProfile
+from neoxlab.config.profile import PerfProfile
 
 
 @dataclass(frozen=True)

@@ -16,32 +16,22 @@ from pathlib import Path
 
 import pandas as pd
 
-from neoxlab import rundir
 from neoxlab.config import Config
 from neoxlab.layout import resolve_layout
 from neoxlab.perfmodel import report
 from neoxlab.perfmodel.predict import Prediction, predict
 from neoxlab.perfmodel.resolve import resolve_profile
-from neoxlab.plan import plan_run
+from neoxlab.results import figures
+from neoxlab.results.tables import write_table
+from neoxlab.run import rundir
 
 PREDICTIONS_DIR = "predictions"  # under launch.results_dir; `make collect` skips it
 
 
-def members(cfg: Config, overrides: list[str]) -> list[Config]:
-    if not cfg.runs:
-        return [cfg]
-    from neoxlab.compose import compose_experiment
-
-    return [compose_experiment(name, [*overrides, "task=predict"]) for name in cfg.runs]
-
-
-def run_predict(cfg: Config, overrides: list[str], argv: list[str]) -> int:
-    """Every member validated and given a profile before anything is written."""
-    configs = members(cfg, overrides)
-    resolved = []
-    for member in configs:
-        resolve_layout(member)  # ConfigError naming every violated rule
-        resolved.append(resolve_profile(member))
+def run_predict(cfg: Config, configs: list[Config], argv: list[str]) -> int:
+    """The members (checked by the caller, config/check.py) each given a profile before
+    anything is written; then predicted, tabled and drawn."""
+    resolved = [resolve_profile(member) for member in configs]
     preds = [predict(m, r.profile, r.origin) for m, r in zip(configs, resolved, strict=True)]
     results = Path(cfg.launch.results_dir)
     for member, pred in zip(configs, preds, strict=True):
@@ -64,15 +54,13 @@ def run_predict(cfg: Config, overrides: list[str], argv: list[str]) -> int:
 
 
 def write_prediction(cfg: Config, pred: Prediction, argv: list[str], results: Path) -> Path:
-    run_dir = plan_run(cfg, argv, root=results / PREDICTIONS_DIR)
+    run_dir = rundir.freeze(cfg, resolve_layout(cfg), argv, root=results / PREDICTIONS_DIR)
     rundir.write_json(run_dir / "prediction.json", dataclasses.asdict(pred))
-    rundir.set_status(run_dir, "predicted")
+    rundir.set_status(run_dir, rundir.State.PREDICTED)
     return run_dir
 
 
 def write_tables(frame: pd.DataFrame, tables: Path, exp: str) -> None:
-    from neoxlab.collect import write_table
-
     tables.mkdir(parents=True, exist_ok=True)
     for suffix in (".parquet", ".csv"):
         write_table(frame, tables / f"{exp}.predicted{suffix}")
@@ -82,8 +70,6 @@ def write_tables(frame: pd.DataFrame, tables: Path, exp: str) -> None:
 
 def draw_figure(exp: str, results: Path) -> int:
     """Run analysis/predicted.py headless, as `make figures` runs every notebook."""
-    from neoxlab import figures
-
     notebook = figures.ANALYSIS / "predicted.py"
     os.environ.update(figures.environment(exp, results))
     outcome = figures.execute(notebook, exp, results)

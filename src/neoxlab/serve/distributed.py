@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from neoxlab import dist
+from neoxlab.run import dist
 
 
 def init_model_parallel(tp: int, backend: str = "gloo") -> None:

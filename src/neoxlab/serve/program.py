@@ -12,16 +12,20 @@ import json
 from pathlib import Path
 from typing import TextIO
 
-from neoxlab import rundir
 from neoxlab.config import Config
-from neoxlab.rankjob import run_rank
+from neoxlab.run import rundir
+from neoxlab.run.rankjob import run_rank
+from neoxlab.serve.distributed import init_model_parallel
+from neoxlab.serve.hf_cb import CBSizing
+from neoxlab.serve.runner import Runner, RunSettings, ratios
+from neoxlab.serve.scheduler import Control, Sampling
+from neoxlab.serve.stats import format_table
+from neoxlab.serve.validate import check_serve
+from neoxlab.serve.weights import build_serve_model
+from neoxlab.serve.workload import WorkloadSpec, make_workload, trace_json
 
 
 def settings_of(cfg: Config):
-    from neoxlab.serve.hf_cb import CBSizing
-    from neoxlab.serve.runner import RunSettings
-    from neoxlab.serve.scheduler import Sampling
-
     s = cfg.serve
     return RunSettings(
         slots=s.slots, max_concurrent=s.max_concurrent or s.slots, max_seq_len=s.max_seq_len,
@@ -34,8 +38,6 @@ def settings_of(cfg: Config):
 
 def traces_of(cfg: Config, vocab_size: int):
     """(nominal gap ms, spec, requests) per gap: the same requests, arrivals scaled."""
-    from neoxlab.serve.workload import WorkloadSpec, make_workload
-
     s = cfg.serve
     out = []
     for gap in s.gaps_ms or [s.mean_gap_ms]:
@@ -48,14 +50,6 @@ def traces_of(cfg: Config, vocab_size: int):
 
 def serve(cfg: Config, run_dir: Path, rank: int, world: int, terminal: TextIO | None) -> None:
     import torch
-
-    from neoxlab.serve.distributed import init_model_parallel
-    from neoxlab.serve.runner import Runner, ratios
-    from neoxlab.serve.scheduler import Control
-    from neoxlab.serve.stats import format_table
-    from neoxlab.serve.validate import check_serve
-    from neoxlab.serve.weights import build_serve_model
-    from neoxlab.serve.workload import trace_json
 
     check_serve(cfg)
     torch.set_num_threads(cfg.engine.torch_threads)

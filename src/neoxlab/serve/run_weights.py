@@ -18,9 +18,9 @@ from pathlib import Path
 
 import torch
 
-from neoxlab import rundir
 from neoxlab.config import Config, ConfigError, ModelConfig
 from neoxlab.layout import padded_vocab_size
+from neoxlab.run import rundir
 from neoxlab.train import checkpoints
 
 PREFIX = "run:"

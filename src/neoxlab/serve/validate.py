@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from neoxlab.config import Config, ConfigError
 from neoxlab.serve.policies import ENGINES
+from neoxlab.serve.run_weights import validate_run_weights
 
 ARRIVALS = ("poisson", "constant")
 SAMPLING = ("greedy", "sample")
@@ -77,8 +78,6 @@ def validate_serve(cfg: Config) -> list[str]:
         errors.append(f"serve.weights='{s.weights}' is not 'random', 'hf:<GPT-NeoX dir>' or "
                       "'run:<training run dir>'; use one of those")
     elif s.weights.startswith("run:"):
-        from neoxlab.serve.run_weights import validate_run_weights
-
         errors += validate_run_weights(s.weights, m)
     elif s.weights.startswith("hf:"):
         from pathlib import Path

@@ -10,7 +10,7 @@ import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from neoxlab import rundir
+from neoxlab.run import rundir
 
 
 @dataclass(frozen=True)

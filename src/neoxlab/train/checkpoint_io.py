@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from neoxlab.files import write_atomic
 from neoxlab.train import checkpoints
 
 CLIENT_STEP_KEY = "neoxlab_step"
@@ -57,7 +58,7 @@ def restore_rng(state: dict[str, Any]) -> None:
 def rank_state(step: int, global_batch: int, patch) -> dict[str, Any]:
     return {
         "step": step,
-        # The data order is a pure function of the step (neoxlab.data.micro_batches).
+        # The data order is a pure function of the step (neoxlab.train.data.micro_batches).
         "data": {"next_step": step + 1, "samples": step * global_batch,
                  "global_batch": global_batch},
         "rng": capture_rng(),
@@ -77,9 +78,7 @@ def _write_rank_state(path: Path, state: dict[str, Any], die_halfway: bool) -> N
             f.flush()
             os.fsync(f.fileno())
         os.kill(os.getpid(), signal.SIGKILL)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    write_atomic(path, data)
 
 
 def save(engine, patch, run_dir: Path, step: int, rank: int, world_size: int,

@@ -1,6 +1,6 @@
 """Checkpoint directories of a run: naming, the completion marker, discovery and pruning.
 
-Pure file-system logic (no torch), shared by the ranks and by `python -m neoxlab.resume`.
+Pure file-system logic (no torch), shared by the ranks and by `python -m neoxlab.run.resume`.
 
     checkpoints/step<N>/                   DeepSpeed's files (save_checkpoint, tag step<N>)
     checkpoints/step<N>/neoxlab/rank<R>.pt each rank's own state (RNG, residuals, data)
@@ -14,12 +14,12 @@ has the size it had when the marker was written (a truncated file makes it unusa
 from __future__ import annotations
 
 import shutil
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from neoxlab import rundir
 from neoxlab.config import Config
+from neoxlab.files import now
+from neoxlab.run import rundir
 
 CHECKPOINTS = "checkpoints"
 MARKER = "complete.json"
@@ -72,7 +72,7 @@ def write_marker(path: Path, step: int, world_size: int) -> None:
     """Commit a checkpoint: only call once every rank has finished writing its files."""
     rundir.write_json(path / MARKER, {
         "step": step, "world_size": world_size, "files": manifest(path),
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "time": now(),
     })
 
 

@@ -3,7 +3,7 @@
 A run dir with a usable checkpoint resumes from it, whoever starts the ranks (make resume,
 or a cluster job script rerunning `python -m neoxlab.train <run_dir>` after a requeue).
 
-The frame around it (logs, markers, status, failure handling) is neoxlab.rankjob.
+The frame around it (logs, markers, status, failure handling) is neoxlab.run.rankjob.
 """
 
 from __future__ import annotations
@@ -15,15 +15,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from neoxlab import metrics, rundir
+from neoxlab import metrics
 from neoxlab.comm.install import install_for_run
 from neoxlab.comm.report import format_totals, merge, write_rank_rows
 from neoxlab.config import Config
-from neoxlab.layout import Layout, padded_vocab_size, resolve_layout
-from neoxlab.rankjob import Preempted, run_rank
+from neoxlab.layout import Layout, resolve_layout
+from neoxlab.run import rundir
+from neoxlab.run.rankjob import Preempted, run_rank
 from neoxlab.train import checkpoint_io
 from neoxlab.train.checkpoint_io import Resumed
+from neoxlab.train.data import TokenWindows, micro_batches
 from neoxlab.train.preemption import StopSignals, signal_name, stop_request_file
+from neoxlab.train.reporting import StepReporter
 
 
 class InjectedFailure(RuntimeError):
@@ -50,8 +53,9 @@ def init_distributed(cfg: Config, layout: Layout):
 
 
 def build_engine(cfg: Config, layout: Layout, topology, ds_config: dict):
-    import deepspeed
+    import deepspeed  # third-party imports where the engine is built, as before
 
+    # function-level: model.pipe imports deepspeed, loaded only where the engine is built
     from neoxlab.model.pipe import build_pipeline_model
 
     model = build_pipeline_model(
@@ -76,19 +80,12 @@ class StepRunner:
         self.windows, self.dp_rank, self.reporter = windows, dp_rank, reporter
         self.patch = patch
         self.resumed = resumed or Resumed(0)
-        vocab = padded_vocab_size(cfg.model, layout.tp)
-        self.hardware_flops = metrics.flops_per_iteration(
-            cfg.model, layout.global_batch, vocab, cfg.parallel.activation_checkpointing
-        )
-        self.model_flops = metrics.flops_per_iteration(
-            cfg.model, layout.global_batch, vocab, False
-        )
+        self.hardware_flops, self.model_flops = metrics.iteration_flops(
+            cfg, layout.tp, layout.global_batch)
         self.records: list[dict[str, Any]] = list(reporter.earlier) if reporter else []
 
     def batches(self, step: int) -> Iterator:
         """This DP rank's micro-batches of 1-based training step `step`."""
-        from neoxlab.data import micro_batches
-
         layout = self.layout
         return micro_batches(
             self.windows, step - 1, layout.global_batch, self.dp_rank, layout.micro_batch,
@@ -138,9 +135,6 @@ def prepare(cfg: Config, run_dir: Path, rank: int, terminal: TextIO | None):
 
     Returns (runner, patch, layout); patch is None when compression.patch is off."""
     import torch
-
-    from neoxlab.data import TokenWindows
-    from neoxlab.train.reporting import StepReporter
 
     torch.manual_seed(cfg.train.seed)
     torch.set_num_threads(cfg.engine.torch_threads)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from neoxlab.config import Config
-from neoxlab.rundir import write_atomic
+from neoxlab.run.rundir import write_atomic
 
 
 def metrics_up_to(path: Path, step: int) -> tuple[list[dict[str, Any]], int]:

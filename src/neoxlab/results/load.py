@@ -15,9 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from neoxlab import metrics, serve_results
+from neoxlab.config import DIMS
+from neoxlab import metrics
+from neoxlab.config import from_dict
+from neoxlab.layout import layout_of
+from neoxlab.results import serve as serve_results
 
-DIMS = ("dp", "zero", "tp", "pp", "other")
 COMM_FIELDS = ("calls", "bytes_in", "bytes_out", "compress_s", "decompress_s", "comm_s")
 STEP_FIELDS = (
     "step", "iteration_s", "samples_per_s", "tokens_per_s", "tflops_per_gpu", "mfu",
@@ -190,20 +193,24 @@ def _comm_totals(summary: dict[str, Any] | None, comm_rows: list[dict[str, Any]]
     return totals
 
 
+def _layout_from(cfg: dict[str, Any]) -> dict[str, Any]:
+    """layout.py's arithmetic on a run's config.json; {} when it is not a complete config."""
+    try:
+        lay = layout_of(from_dict(cfg))
+    except Exception:  # noqa: BLE001 - a partial or older config: those columns stay empty
+        return {}
+    return {"tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "world_size": lay.world_size,
+            "global_batch": lay.global_batch}
+
+
 def _config_columns(cfg: dict[str, Any], layout: dict[str, Any]) -> dict[str, Any]:
     """The columns that say what was run: scheme, engine, cluster and the 3D layout."""
     par, cluster = cfg.get("parallel", {}), cfg.get("cluster", {})
     comp, model = cfg.get("compression", {}), cfg.get("model", {})
-    tp, pp = layout.get("tp", par.get("tp")), layout.get("pp", par.get("pp"))
-    world = layout.get("world_size")
-    if world is None and cluster.get("nodes") and cluster.get("ranks_per_node"):
-        world = cluster["nodes"] * cluster["ranks_per_node"]
-    dp = layout.get("dp", par.get("dp"))
-    if dp is None and world and tp and pp:
-        dp = world // (tp * pp)
-    batch = layout.get("global_batch")
-    if batch is None and dp and par.get("micro_batch") and par.get("grad_accum"):
-        batch = par["micro_batch"] * par["grad_accum"] * dp
+    if not layout.get("world_size"):  # no layout.json (e.g. a GPT-NeoX log given alone)
+        layout = _layout_from(cfg)
+    tp, pp, dp = layout.get("tp", par.get("tp")), layout.get("pp", par.get("pp")), layout.get("dp")
+    world, batch = layout.get("world_size"), layout.get("global_batch")
     row = {
         "experiment": cfg.get("experiment"),
         "task": cfg.get("task", {}).get("name"),
@@ -240,13 +247,33 @@ class Run:
     serve_requests: list[dict[str, Any]] = field(default_factory=list)  # per request (serve)
 
 
-def _neox_steps(logs: list[Path]) -> tuple[list[dict], list[Malformed], str]:
-    parsed = [parse_neox_log(p.read_text(errors="replace"), str(p)) for p in logs]
-    bad = [m for p in parsed for m in p.malformed]
-    neox = [r for p in parsed for r in p.neox]
-    if neox:
-        return neox, bad, "neox_log"
-    return [r for p in parsed for r in p.deepspeed], bad, "deepspeed_log"
+def _rank_of(path: Path) -> int:
+    match = re.fullmatch(r"rank(\d+)\.log", path.name)
+    return int(match.group(1)) if match else -1  # a log given alone (stdout) comes first
+
+
+def _last_per_step(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A resumed job repeats steps after its checkpoint: keep each step's latest line."""
+    by_step = {r["step"]: r for r in records}
+    return [by_step[s] for s in sorted(by_step)]
+
+
+def neox_steps(logs: list[Path]) -> tuple[list[dict], list[Malformed], str]:
+    """The one GPT-NeoX log reader: the steps of the lowest rank that logged GPT-NeoX lines
+    (rank 0 prints them; others would repeat them), else DeepSpeed's lines, each step's last
+    line kept; every malformed line of every log; the source (neox_log | deepspeed_log |
+    none)."""
+    bad: list[Malformed] = []
+    fallback: list[dict] = []
+    for path in sorted((p for p in logs if p.exists()), key=_rank_of):
+        parsed = parse_neox_log(path.read_text(errors="replace"), str(path))
+        bad += parsed.malformed
+        if parsed.neox:
+            return _last_per_step(parsed.neox), bad, "neox_log"
+        fallback = fallback or parsed.deepspeed
+    if fallback:
+        return _last_per_step(fallback), bad, "deepspeed_log"
+    return [], bad, "none"
 
 
 def _fill_step(record: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
@@ -290,7 +317,7 @@ def load_run(run_dir: Path, log: Path | None = None) -> Run:
     source = "metrics.jsonl"
     if log is not None or (not records and cfg.get("engine", {}).get("name") == "neox"):
         logs = [log] if log is not None else sorted((run_dir / "logs").glob("*.log"))
-        records, bad, source = _neox_steps([p for p in logs if p.exists()])
+        records, bad, source = neox_steps(logs)
         malformed += bad
     steps = [_fill_step(r, row) for r in records]
     for step, loss_s in zip(steps, smooth(s["loss"] for s in steps), strict=True):

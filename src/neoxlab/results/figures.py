@@ -1,6 +1,6 @@
 """Execute every analysis/ notebook headless, per experiment, and check what it declared.
 
-    python -m neoxlab.figures [--exp NAME] [--results results]
+    python -m neoxlab.results.figures [--exp NAME] [--results results]
 
 Notebooks are jupytext py:percent files; each names its outputs in a `# outputs:` line
 (paths under the results dir, `{exp}` filled in). The experiment and the directories are
@@ -24,8 +24,8 @@ from pathlib import Path
 import jupytext
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
+from neoxlab.files import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 ANALYSIS = REPO_ROOT / "analysis"
 CELL_TIMEOUT_S = 300
 PARALLEL = 4
@@ -118,7 +118,7 @@ def _describe(err: CellExecutionError) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m neoxlab.figures", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m neoxlab.results.figures", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--exp", help="one experiment (default: every one with tables)")
     parser.add_argument("--results", type=Path, default=Path("results"))

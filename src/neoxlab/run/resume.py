@@ -1,4 +1,4 @@
-"""`python -m neoxlab.resume <run_dir>` (make resume RUN=...): continue a training run.
+"""`python -m neoxlab.run.resume <run_dir>` (make resume RUN=...): continue a training run.
 
 Relaunches the ranks on the same run dir (never a new one): locally with mpiexec, or, for a
 cluster run, by resubmitting the run dir's job script from the login node. The ranks resume
@@ -8,31 +8,21 @@ here only refuse what cannot or need not be resumed, before anything starts.
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
-import psutil
-
-from neoxlab import rundir
 from neoxlab.config import Config, ConfigError
-from neoxlab.layout import resolve_layout
+from neoxlab.config.check import check, exit_on_config_error
+from neoxlab.launch import local, scheduler_module
+from neoxlab.launch.manifest import read as read_manifest
+from neoxlab.launch.submit import submit_and_record
+from neoxlab.run import rundir
+from neoxlab.run.status import live_ranks, report
 from neoxlab.train import checkpoints
 from neoxlab.train.reporting import metrics_up_to
 
-USAGE = "usage: python -m neoxlab.resume <run_dir>   (make resume RUN=results/<exp>/<run_id>)"
-
-
-def live_ranks(run_dir: Path) -> list[int]:
-    """Pids of this run's ranks that are still alive (from logs/rank<N>.pid)."""
-    alive = []
-    for path in sorted((run_dir / "logs").glob("rank*.pid")):
-        try:
-            proc = psutil.Process(int(path.read_text()))
-            if any(str(run_dir.name) in part for part in proc.cmdline()):
-                alive.append(proc.pid)
-        except (ValueError, OSError, psutil.Error):
-            continue
-    return alive
+USAGE = "usage: python -m neoxlab.run.resume <run_dir>   (make resume RUN=results/<exp>/<run_id>)"
 
 
 def check_resumable(run_dir: Path) -> Config:
@@ -47,7 +37,7 @@ def check_resumable(run_dir: Path) -> Config:
             "`make run` created: results/<experiment>/<run_id>"
         )
     cfg = rundir.load_config(run_dir)
-    resolve_layout(cfg)  # a config.json edited into an invalid one is refused here
+    check(cfg)  # a config.json edited into an invalid one is refused here
     if cfg.task.name != "train" or cfg.engine.name != "builtin":
         raise ConfigError(
             f"{run_dir} is a task={cfg.task.name} engine={cfg.engine.name} run; only builtin "
@@ -71,45 +61,31 @@ def check_resumable(run_dir: Path) -> Config:
     return cfg
 
 
-LIVE_JOB_STATES = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "SUSPENDED",
-                   "PEND", "RUN", "PSUSP", "USUSP", "SSUSP")
-
-
 def check_no_live_job(cfg: Config, run_dir: Path) -> None:
     """A cluster run's newest job must have ended, and this machine must be able to submit."""
-    import shutil
-
-    from neoxlab.launch import manifest, scheduler_module
-
     scheduler = scheduler_module(cfg.cluster.scheduler)
     if shutil.which(scheduler.SUBMIT) is None:
         raise ConfigError(
             f"{run_dir} ran on cluster '{cfg.cluster.name}', which submits with "
             f"{scheduler.SUBMIT}; not on this machine: run make resume on its login node"
         )
-    jobs = [e for e in manifest.read(run_dir.parent.parent, cfg.experiment)
+    jobs = [e for e in read_manifest(run_dir.parent.parent, cfg.experiment)
             if e.get("run_id") == run_dir.name and e.get("job_id")]
     if jobs:
         state = scheduler.job_state(jobs[-1]["job_id"])
-        if state.split()[0] in LIVE_JOB_STATES:
+        if state.split()[0] in scheduler.LIVE_STATES:
             raise ConfigError(f"{run_dir}: its job {jobs[-1]['job_id']} is {state}; wait for "
                               "it to end (or cancel it) before resuming")
 
 
 def resubmit(cfg: Config, run_dir: Path) -> int:
     """Submit the run dir's own job script again; its ranks resume from the checkpoints."""
-    from neoxlab.launch import manifest, scheduler_module
-
-    scheduler = scheduler_module(cfg.cluster.scheduler)
-    rundir.set_status(run_dir, "submitted", resumed=True)
-    try:
-        job_id = scheduler.submit(run_dir / scheduler.SCRIPT_NAME)
-    except (RuntimeError, OSError) as exc:
-        rundir.set_status(run_dir, "failed", error=f"resubmission failed: {exc}")
-        print(f"[neoxlab] error: {exc}", file=sys.stderr)
+    rundir.set_status(run_dir, rundir.State.SUBMITTED, resumed=True)
+    job_id = submit_and_record(cfg, run_dir, rundir.State.FAILED,
+                               "resubmission failed: {exc}", resumed=True)
+    if job_id is None:
         return 1
-    manifest.record_job(run_dir, cfg, job_id, resumed=True)
-    rundir.set_status(run_dir, "submitted", job_id=job_id)
+    rundir.set_status(run_dir, rundir.State.SUBMITTED, job_id=job_id)
     print(f"[neoxlab] resubmitted as {cfg.cluster.scheduler} job {job_id}; "
           f"`make status EXP={cfg.experiment}` shows its state", flush=True)
     return 0
@@ -131,14 +107,11 @@ def main(args: list[str] | None = None) -> int:
         print(USAGE, file=sys.stderr)
         return 2
     run_dir = Path(args[0]).resolve()
-    try:
-        cfg = check_resumable(run_dir)
-    except ConfigError as exc:
-        print(f"[neoxlab] error: {exc}", file=sys.stderr)
-        return 2
-    from neoxlab.__main__ import report
-    from neoxlab.launch import local
+    return exit_on_config_error(lambda: resume(run_dir))
 
+
+def resume(run_dir: Path) -> int:
+    cfg = check_resumable(run_dir)
     print(plan_line(run_dir, cfg), flush=True)
     if cfg.cluster.scheduler != "local":
         return resubmit(cfg, run_dir)

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from neoxlab import dist, rundir
 from neoxlab.config import Config
+from neoxlab.files import now
+from neoxlab.run import dist, rundir
 
 RankBody = Callable[[Config, dist.RankInfo, "TextIO | None"], None]
 PREEMPTED_EXIT = 85  # the job stopped on request after saving a checkpoint: requeue it
@@ -46,7 +46,7 @@ def record_failure(run_dir: Path, rank: int, exc: BaseException) -> None:
         "rank": rank,
         "error": f"{type(exc).__name__}: {exc}",
         "traceback": traceback.format_exc(),
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "time": now(),
     }
     rundir.write_json(run_dir / "logs" / f"rank{rank}.error.json", error)
     print(error["traceback"], file=sys.stderr, flush=True)
@@ -64,23 +64,28 @@ def run_rank(run_dir: Path, body: RankBody) -> int:
     try:
         if info.rank == 0:
             rundir.begin_attempt(run_dir)
-            rundir.set_status(run_dir, "running", world_size=info.world_size)
+            rundir.set_status(run_dir, rundir.State.RUNNING, world_size=info.world_size)
         body(cfg, info, terminal if info.rank == 0 else None)
     except Preempted as stop:
         rundir.write_atomic(logs / f"rank{info.rank}.done", "")
         if info.rank == 0:
-            rundir.set_status(run_dir, "preempted", exit_code=PREEMPTED_EXIT, **stop.fields)
+            rundir.set_status(run_dir, rundir.State.PREEMPTED, exit_code=PREEMPTED_EXIT,
+                              **stop.fields)
             rundir.end_attempt(run_dir, PREEMPTED_EXIT, f"preempted: {stop}")
         dist.barrier()  # no rank exits (and gets the others killed) before status is written
         return PREEMPTED_EXIT
     except BaseException as exc:  # noqa: BLE001 - any failure must end the whole job
-        record_failure(run_dir, info.rank, exc)
         error = f"{type(exc).__name__}: {exc}"
-        rundir.set_status(run_dir, "failed", failed_rank=info.rank, error=error)
-        rundir.end_attempt(run_dir, 1, f"rank {info.rank}: {error}")
+        try:
+            record_failure(run_dir, info.rank, exc)
+            rundir.set_status(run_dir, rundir.State.FAILED, failed_rank=info.rank, error=error)
+            rundir.end_attempt(run_dir, 1, f"rank {info.rank}: {error}")
+        except OSError as unrecorded:  # e.g. a full disk: the job must still end
+            print(f"[neoxlab] rank {info.rank}: could not record its failure ({unrecorded}); "
+                  f"the error was {error}", file=sys.stderr, flush=True)
         dist.abort_job(1)
     rundir.write_atomic(logs / f"rank{info.rank}.done", "")
     if info.rank == 0:
-        rundir.set_status(run_dir, "completed", exit_code=0)
+        rundir.set_status(run_dir, rundir.State.COMPLETED, exit_code=0)
         rundir.end_attempt(run_dir, 0, "completed")
     return 0

@@ -7,12 +7,27 @@ so a typo in an experiment file fails before anything starts.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
-from neoxlab.perfmodel.profile import PerfProfile
+from neoxlab.config.profile import PerfProfile
+
+
+class Dim(StrEnum):
+    """The parallel dimension a collective belongs to (comm/classify.py decides by its ranks)."""
+
+    DP = "dp"  # gradient reductions over a data-parallel rank set
+    ZERO = "zero"  # ZeRO parameter all-gathers over a data-parallel rank set
+    TP = "tp"
+    PP = "pp"  # stage-to-stage send/recv
+    OTHER = "other"  # control traffic: never compressed
+
+
+DIMS = tuple(d.value for d in Dim)  # in report order
+COMPRESSIBLE_DIMS = tuple(d.value for d in Dim if d is not Dim.OTHER)
 
 
 @dataclass

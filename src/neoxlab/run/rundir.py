@@ -8,37 +8,44 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import platform
 import socket
 import subprocess
 import sys
 import time
+from enum import StrEnum
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from neoxlab.config import Config, to_dict
+from omegaconf import OmegaConf
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from neoxlab.config import Config, from_dict, to_dict
+from neoxlab.files import REPO_ROOT, now
+from neoxlab.files import read_json as read_json  # re-exported: rundir.read_json etc. are
+from neoxlab.files import write_atomic as write_atomic  # neoxlab.files' one writer
+from neoxlab.files import write_json as write_json
+from neoxlab.layout import Layout, estimate_memory
+
+
+class State(StrEnum):
+    """Every state status.json can hold (a StrEnum: it is written and compared as text)."""
+
+    PLANNED = "planned"  # run dir frozen, nothing started
+    SUBMITTED = "submitted"  # job script handed to the scheduler
+    STARTING = "starting"  # the cluster job began (jobstep begin), ranks not yet up
+    RUNNING = "running"  # rank 0 opened an attempt
+    REQUEUED = "requeued"  # stopped before walltime, the same job script resubmitted
+    PREEMPTED = "preempted"  # checkpointed and stopped on request; `make resume` continues
+    COMPLETED = "completed"
+    FAILED = "failed"
+    PREDICTED = "predicted"  # task=predict: the performance model's answer, nothing ran
+
+
 TRACKED_PACKAGES = (
     "neoxlab", "torch", "deepspeed", "megatron-core", "mpi4py", "mpich", "hydra-core",
     "omegaconf", "zfpy", "transformers", "wandb",
 )
-
-
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def write_json(path: Path, data: Any) -> None:
-    write_atomic(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
-
-
-def read_json(path: Path) -> Any:
-    return json.loads(path.read_text())
 
 
 def config_hash(cfg: Config) -> str:
@@ -72,6 +79,32 @@ def create_run_dir(cfg: Config, dp: int, root: Path | None = None) -> Path:
     raise RuntimeError(f"could not create a unique run dir under {base}")
 
 
+def freeze(cfg: Config, layout: Layout, argv: list[str] | None = None, root: Path | None = None
+           ) -> Path:
+    """A new run dir holding the (checked) config, its layout and provenance; state planned."""
+    run_dir = create_run_dir(cfg, layout.dp, root)
+    data = to_dict(cfg)
+    write_json(run_dir / "config.json", data)
+    write_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(data)))
+    memory = estimate_memory(cfg, layout)
+    write_json(
+        run_dir / "layout.json",
+        {
+            "world_size": layout.world_size, "tp": layout.tp, "pp": layout.pp,
+            "dp": layout.dp, "micro_batch": layout.micro_batch,
+            "grad_accum": layout.grad_accum, "global_batch": layout.global_batch,
+            "memory_estimate_gib": {
+                "weights": memory.weights / 2**30, "gradients": memory.gradients / 2**30,
+                "optimizer": memory.optimizer / 2**30, "activations": memory.activations / 2**30,
+                "total": memory.total / 2**30,
+            },
+        },
+    )
+    write_json(run_dir / "provenance.json", provenance(layout.world_size, argv))
+    set_status(run_dir, State.PLANNED)
+    return run_dir
+
+
 def git_state() -> dict[str, Any]:
     def git(*args: str) -> str:
         out = subprocess.run(
@@ -95,7 +128,7 @@ def package_versions() -> dict[str, str | None]:
 
 def provenance(world_size: int, argv: list[str] | None = None) -> dict[str, Any]:
     return {
-        "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "created_at": now(),
         "host": socket.gethostname(),
         "platform": platform.platform(),
         "python": sys.version.split()[0],
@@ -106,13 +139,13 @@ def provenance(world_size: int, argv: list[str] | None = None) -> dict[str, Any]
     }
 
 
-def set_status(run_dir: Path, state: str, **fields: Any) -> dict[str, Any]:
+def set_status(run_dir: Path, state: State, **fields: Any) -> dict[str, Any]:
     """Update status.json; keeps earlier fields (e.g. started_at) and stamps this state."""
     path = run_dir / "status.json"
     status = read_json(path) if path.exists() else {}
     status.update(fields)
     status["state"] = state
-    status[f"{state}_at"] = _now()
+    status[f"{state}_at"] = now()
     write_json(path, status)
     return status
 
@@ -121,10 +154,6 @@ def set_status(run_dir: Path, state: str, **fields: Any) -> dict[str, Any]:
 # attempt keeps its own outcome in status["attempts"]).
 _OUTCOME_KEYS = ("failed_rank", "error", "exit_code", "elapsed_s", "preempted_step", "signal")
 UNRECORDED_END = "ended without recording its end (killed, or its node was lost)"
-
-
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
 def begin_attempt(run_dir: Path, **fields: Any) -> dict[str, Any]:
@@ -136,11 +165,11 @@ def begin_attempt(run_dir: Path, **fields: Any) -> dict[str, Any]:
     status = read_json(path) if path.exists() else {}
     attempts = status.setdefault("attempts", [])
     if attempts and attempts[-1].get("end") is None:
-        attempts[-1].update(end=_now(), exit=None, reason=UNRECORDED_END)
-    attempts.append({"start": _now(), "end": None, "exit": None, "reason": None, **fields})
+        attempts[-1].update(end=now(), exit=None, reason=UNRECORDED_END)
+    attempts.append({"start": now(), "end": None, "exit": None, "reason": None, **fields})
     for key in _OUTCOME_KEYS:
         status.pop(key, None)
-    status["state"] = "running"
+    status["state"] = State.RUNNING
     status["running_at"] = attempts[-1]["start"]
     write_json(path, status)
     return status
@@ -163,11 +192,9 @@ def end_attempt(run_dir: Path, exit_code: int | None, reason: str, overwrite: bo
     attempts = status.get("attempts")
     if not attempts or (attempts[-1].get("end") is not None and not overwrite):
         return
-    attempts[-1].update(end=attempts[-1].get("end") or _now(), exit=exit_code, reason=reason)
+    attempts[-1].update(end=attempts[-1].get("end") or now(), exit=exit_code, reason=reason)
     write_json(path, status)
 
 
 def load_config(run_dir: Path) -> Config:
-    from neoxlab.config import from_dict
-
     return from_dict(read_json(run_dir / "config.json"))

@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-# Context copied onto every row, so a table row says which run and model it came from.
-RUN_KEYS = ("experiment", "run_id", "status", "model", "tp")
+from neoxlab.results import RUN_KEYS
+
 ENGINE_FIELDS = (
     "gap_ms", "engine", "engine_model", "requests", "output_tokens", "total_s", "cpu_s",
     "tokens_per_s", "speedup", "fused_speedup", "latency_mean_s", "latency_p50_s",

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
@@ -11,7 +9,7 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
 from neoxlab.config import Config, ConfigError, to_structured
-from neoxlab.rundir import REPO_ROOT
+from neoxlab.files import REPO_ROOT
 
 # The schema is the base of configs/config.yaml, so overrides of any schema field work even
 # when no YAML file sets it, and unknown keys fail during composition.
@@ -23,14 +21,6 @@ EXPERIMENT_DIR = REPO_ROOT / "experiments"
 
 def list_experiments() -> list[str]:
     return sorted(p.stem for p in EXPERIMENT_DIR.glob("*.yaml"))
-
-
-def experiment_command(name: str) -> str:
-    """The `Run:` line an experiment file names (its documented command)."""
-    for line in (EXPERIMENT_DIR / f"{name}.yaml").read_text().splitlines():
-        if line.startswith("# Run:"):
-            return line.removeprefix("# Run:").strip()
-    return f"make run EXP={name}"
 
 
 def compose_experiment(name: str, overrides: list[str] | None = None) -> Config:
@@ -58,7 +48,3 @@ def compose_experiment(name: str, overrides: list[str] | None = None) -> Config:
     container = OmegaConf.to_container(raw, resolve=True)
     container.pop("experiments", None)  # hydra records the group selection; not a field
     return to_structured(container)
-
-
-def config_path(group: str, option: str) -> Path:
-    return CONFIG_DIR / group / f"{option}.yaml"

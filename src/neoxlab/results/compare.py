@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from neoxlab import rundir
+from neoxlab.config import COMPRESSIBLE_DIMS
+from neoxlab.run import rundir
 
 
 def member_row(name: str, run_dir: Path | None) -> dict:
@@ -27,7 +28,7 @@ def member_row(name: str, run_dir: Path | None) -> dict:
 
 
 def format_table(rows: list[dict]) -> str:
-    dims = ("dp", "zero", "tp", "pp")
+    dims = COMPRESSIBLE_DIMS
     head = f"{'experiment':<18}{'state':<11}{'final loss':>11}{'samples/s':>10}"
     head += "".join(f"{d + ' MB in->out':>20}" for d in dims)
     lines = [head]

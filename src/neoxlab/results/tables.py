@@ -1,6 +1,6 @@
 """Run dirs -> tidy tables under results/tables/, the only input of the analysis notebooks.
 
-    python -m neoxlab.collect [--exp NAME] [--results results] [--log neox.out ...]
+    python -m neoxlab.results.tables [--exp NAME] [--results results] [--log neox.out ...]
 
 Per experiment: <exp>.runs.parquet/.csv (one row per run, every status), <exp>.steps.parquet
 (one row per logged step), <exp>.comm.parquet (bytes and seconds per dimension and op) and
@@ -21,10 +21,11 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from neoxlab.results import COMM_FIELDS, STEP_FIELDS, Malformed, Run, find_run_dirs, load_run
-from neoxlab.serve_results import ENGINE_FIELDS, REQUEST_FIELDS
+from neoxlab.files import REPO_ROOT, atomic_path
+from neoxlab.results.load import COMM_FIELDS, STEP_FIELDS, Malformed, Run, find_run_dirs, load_run
+from neoxlab.results.serve import ENGINE_FIELDS, REQUEST_FIELDS
+from neoxlab.results import RUN_KEYS
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 BASELINE = "none"
 NOT_EXPERIMENTS = {"tables", "figures", "predictions", "calibration"}
 CONTEXT = ["model", "gpus"]  # what must match for two schemes to be compared
@@ -57,9 +58,6 @@ def runs_table(runs: list[Run], group: str) -> pd.DataFrame:
     frame = pd.DataFrame([run.row for run in runs])
     frame.insert(0, "group", group)
     return frame
-
-
-RUN_KEYS = ("experiment", "run_id", "scheme", "gpus", "status")
 
 
 def _per_run(runs: list[Run], group: str, attr: str, columns: tuple[str, ...]) -> pd.DataFrame:
@@ -135,12 +133,11 @@ def compare_schemes(runs: pd.DataFrame) -> pd.DataFrame:
 
 def write_table(frame: pd.DataFrame, path: Path) -> None:
     """Parquet or CSV by suffix, replaced atomically (a reader never sees half a table)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    if path.suffix == ".csv":
-        frame.to_csv(tmp, index=False)
-    else:
-        frame.to_parquet(tmp, index=False)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        if path.suffix == ".csv":
+            frame.to_csv(tmp, index=False)
+        else:
+            frame.to_parquet(tmp, index=False)
 
 
 def collect(
@@ -196,7 +193,7 @@ def experiments_in(results: Path) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m neoxlab.collect", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m neoxlab.results.tables", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--exp", help="one experiment (default: every one under --results)")
     parser.add_argument("--results", type=Path, default=Path("results"))

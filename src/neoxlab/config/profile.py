@@ -1,6 +1,6 @@
 """The hardware profile schema of a cluster (`cluster.profile` in configs/cluster/*.yaml).
 
-Plain dataclasses with defaults only, imported by neoxlab.config; every value in a cluster
+Plain dataclasses with defaults only, part of the config schema; every value in a cluster
 YAML carries its source in a comment. A profile may name a calibration JSON (written by
 `python -m neoxlab.perfmodel.calibrate`) whose values replace the YAML ones.
 """

@@ -1,0 +1,61 @@
+"""The task registry: everything `task.name` selects, in one table.
+
+A task is its config rules, an optional hook that writes task files into a new run dir, the
+module every rank runs (`python -m <module> <run_dir>`, built on run.rankjob.run_rank) or,
+for a task that launches nothing, a `run` hook, and the table printed after a local run.
+Adding a task: one module with its rank program, one line in TASKS (see ARCHITECTURE.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from neoxlab.config import Config
+from neoxlab.layout import Layout
+from neoxlab.neox.render import write_neox_yml
+from neoxlab.omb import task as microbench
+from neoxlab.perfmodel import task as predict
+from neoxlab.run import rundir
+from neoxlab.serve.validate import validate_serve
+from neoxlab.train import data
+from neoxlab.train.deepspeed_config import render as render_deepspeed
+
+Rules = Callable[[Config, int], list[str]]  # (config, world size) -> every violated rule
+
+
+@dataclass(frozen=True)
+class Task:
+    rules: Rules
+    rank_module: str | None = None  # per-rank program (builtin engine); None: nothing launched
+    plan: Callable[[Config, Layout, Path], None] | None = None  # extra files in the run dir
+    # a task that launches nothing: run(cfg, members checked, argv) -> exit code
+    run: Callable[[Config, list[Config], list[str]], int] | None = None
+    member_overrides: tuple[str, ...] = ()  # added when composing a comparison's members
+    table: str = "summary.md"  # results/tables/<exp>.<table>, printed after a local run
+
+
+def _no_rules(cfg: Config, world: int) -> list[str]:
+    return []
+
+
+def _serve_rules(cfg: Config, world: int) -> list[str]:
+    return validate_serve(cfg)
+
+
+def _train_files(cfg: Config, layout: Layout, run_dir: Path) -> None:
+    """The engine's own config: DeepSpeed's JSON (builtin) or GPT-NeoX's YAML (neox)."""
+    if cfg.engine.name == "neox":
+        write_neox_yml(cfg, layout, run_dir)
+    else:
+        rundir.write_json(run_dir / "deepspeed.json", render_deepspeed(cfg, layout))
+
+
+TASKS: dict[str, Task] = {
+    "train": Task(rules=data.rules, rank_module="neoxlab.train", plan=_train_files),
+    "serve": Task(rules=_serve_rules, rank_module="neoxlab.serve", table="serve.csv"),
+    "microbench": Task(rules=microbench.rules, rank_module="neoxlab.omb.task"),
+    "predict": Task(rules=_no_rules, run=predict.run_predict,
+                    member_overrides=("task=predict",)),
+}

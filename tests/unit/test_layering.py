@@ -1,0 +1,154 @@
+"""The import layers of ARCHITECTURE.md, enforced over the source's `ast`: every neoxlab import
+(module level or inside a function) points to the same or a lower layer, and no import cycle
+exists between modules (package __init__ files count: importing a module runs them)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+# (module prefix, layer); the longest matching prefix decides. A module may import modules
+# of its own layer or below. Keep in step with ARCHITECTURE.md's layer table.
+LAYERS: dict[str, int] = {
+    # 0: the bottom: schema, pure arithmetic, file helpers
+    "neoxlab.files": 0, "neoxlab.config": 0, "neoxlab.layout": 0, "neoxlab.metrics": 0,
+    # 1: a run dir and the per-rank frame
+    "neoxlab.run": 1,
+    # 2: libraries
+    "neoxlab.compress": 2, "neoxlab.comm": 2, "neoxlab.model": 2, "neoxlab.omb": 2,
+    "neoxlab.perfmodel": 2,
+    # 3: task programs, engines, results (the registry points at these where they are)
+    "neoxlab.train": 3, "neoxlab.serve": 3, "neoxlab.neox": 3, "neoxlab.results": 3,
+    "neoxlab.omb.task": 3, "neoxlab.perfmodel.task": 3,
+    # 4: the task registry
+    "neoxlab.tasks": 4,
+    # 5: launching and scheduling
+    "neoxlab.launch": 5,
+    # 6: the top: every rule, planning, resume/status, entry points and tools
+    "neoxlab.config.check": 6, "neoxlab.run.plan": 6, "neoxlab.run.resume": 6,
+    "neoxlab.run.status": 6, "neoxlab.__main__": 6, "neoxlab.perfmodel.calibrate": 6,
+    "neoxlab.omb.__main__": 6,
+}
+
+
+def layer_of(module: str) -> int:
+    parts = module.split(".")
+    for n in range(len(parts), 0, -1):
+        prefix = ".".join(parts[:n])
+        if prefix in LAYERS:
+            return LAYERS[prefix]
+    raise KeyError(f"{module} has no layer: add its package to LAYERS and ARCHITECTURE.md")
+
+
+def module_name(path: Path, src: Path) -> str:
+    parts = list(path.relative_to(src).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules(src: Path) -> dict[str, Path]:
+    return {module_name(p, src): p for p in sorted((src / "neoxlab").rglob("*.py"))}
+
+
+def imports(path: Path, known: set[str]) -> set[str]:
+    """neoxlab modules `path` imports anywhere in it, with the packages that run on the way."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in known
+                       else node.module for a in node.names]
+        for target in targets:
+            parts = target.split(".")
+            for n in range(2, len(parts) + 1):  # the module and the packages above it
+                name = ".".join(parts[:n])
+                if name in known:
+                    found.add(name)
+    return found
+
+
+def graph(src: Path) -> dict[str, set[str]]:
+    mods = modules(src)
+    # a module's own parent packages are already running when it runs: not an edge
+    return {m: {t for t in imports(p, set(mods)) if not m.startswith(t + ".") and t != m}
+            for m, p in mods.items()}
+
+
+def upward_imports(edges: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{m} (layer {layer_of(m)}) imports {t} (layer {layer_of(t)})"
+                  for m, targets in edges.items() for t in targets
+                  if layer_of(t) > layer_of(m) and not t.startswith(m + "."))
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_every_module_has_a_layer():
+    for module in modules(SRC):
+        if module != "neoxlab":
+            layer_of(module)
+
+
+def test_no_module_imports_a_higher_layer():
+    assert upward_imports(graph(SRC)) == []
+
+
+def test_no_import_cycles():
+    assert cycles(graph(SRC)) == []
+
+
+def test_the_check_catches_an_upward_import_and_a_cycle(tmp_path):
+    """A copy of the source with one library importing the launcher fails both checks."""
+    import shutil
+
+    copy = tmp_path / "src"
+    shutil.copytree(SRC / "neoxlab", copy / "neoxlab")
+    target = copy / "neoxlab" / "compress" / "base.py"
+    target.write_text(target.read_text() + "\nfrom neoxlab.launch import local  # noqa\n")
+    edges = graph(copy)
+    assert "neoxlab.compress.base (layer 2) imports neoxlab.launch.local (layer 5)" in (
+        upward_imports(edges))
+    assert any("neoxlab.compress.base" in c for c in cycles(edges))
+
+
+@pytest.mark.parametrize("module", ["neoxlab.layout", "neoxlab.config.schema"])
+def test_the_bottom_imports_only_the_bottom(module):
+    edges = graph(SRC)
+    assert all(layer_of(t) == 0 for t in edges[module]), edges[module]
