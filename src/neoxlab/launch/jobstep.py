@@ -17,8 +17,8 @@ from pathlib import Path
 from neoxlab import rundir
 from neoxlab.config import Config
 from neoxlab.launch import hostfile
+from neoxlab.launch.attempt import clear_previous_attempt
 from neoxlab.launch.failure import diagnose
-from neoxlab.train.preemption import stop_request_file
 
 
 def job_id(env: dict[str, str]) -> str | None:
@@ -27,7 +27,7 @@ def job_id(env: dict[str, str]) -> str | None:
 
 def begin(run_dir: Path, env: dict[str, str]) -> None:
     cfg = rundir.load_config(run_dir)
-    stop_request_file(run_dir).unlink(missing_ok=True)  # the previous job's, if requeued
+    clear_previous_attempt(run_dir)  # e.g. the stop request the previous job obeyed
     try:
         hosts = (hostfile.lsf_hosts(env) if cfg.cluster.scheduler == "lsf"
                  else hostfile.slurm_hosts(env))
