@@ -186,6 +186,23 @@ def _report(exp: str, runs: list[Run], out: Path, tables: dict[str, pd.DataFrame
             print(f"    {m.source}:{m.lineno}: {m.reason}: {m.line[:100]}")
 
 
+def needs_collecting(exp: str, results: Path) -> str | None:
+    """Why `exp`'s tables must be (re)written before drawing: never collected, or a run dir
+    changed after them (a new run, a run that went on); None when they are current, or when
+    there are no run dirs to collect (tables alone are drawn as they are)."""
+    dirs = run_dirs(results, exp)
+    table = results / "tables" / f"{exp}.runs.parquet"
+    if not dirs:
+        return None
+    if not table.exists():
+        return f"{len(dirs)} run(s), not collected yet"
+    written = table.stat().st_mtime
+    changed = [d for d in dirs if max(p.stat().st_mtime for p in (d, *d.iterdir())) > written]
+    if changed:
+        return f"{len(changed)} of {len(dirs)} run(s) changed since the tables were written"
+    return None
+
+
 def experiments_in(results: Path) -> list[str]:
     if not results.is_dir():
         return []
