@@ -33,6 +33,11 @@ def check_scheduler(cfg: Config) -> None:
     scheduler = cfg.cluster.scheduler
     if scheduler == "local" or not cfg.launch.submit:
         return
+    from neoxlab.launch.slurm import local_slurm_refusal
+
+    refusal = local_slurm_refusal(cfg)  # this machine's own Slurm, not started
+    if refusal:
+        raise ConfigError(refusal)
     command = SUBMIT_COMMANDS[scheduler]
     if shutil.which(command) is None:
         raise ConfigError(

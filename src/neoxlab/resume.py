@@ -80,7 +80,11 @@ def check_no_live_job(cfg: Config, run_dir: Path) -> None:
     import shutil
 
     from neoxlab.launch import manifest, scheduler_module
+    from neoxlab.launch.slurm import local_slurm_refusal
 
+    refusal = local_slurm_refusal(cfg)
+    if refusal:
+        raise ConfigError(f"{run_dir}: {refusal}")
     scheduler = scheduler_module(cfg.cluster.scheduler)
     if shutil.which(scheduler.SUBMIT) is None:
         raise ConfigError(
