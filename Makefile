@@ -9,7 +9,8 @@ EXP ?= local_compare
 OVERRIDES := $(filter-out EXP=% RUN=% PYTHON=% TESTS=%,$(MAKEOVERRIDES))
 TESTS ?= tests
 
-.PHONY: help install run resume status collect figures test lint bench omb-compare clean-venv
+.PHONY: help install run resume status collect figures test lint bench omb-compare slurm-up slurm-down \
+  clean-venv
 
 help: ## list targets and experiments
 	@echo "targets:"
@@ -42,7 +43,7 @@ EXP_ARG := $(if $(filter command line,$(origin EXP)),--exp $(EXP))
 collect: $(STAMP) ## run dirs -> results/tables/<exp>.*.parquet (every experiment, or EXP=<name>)
 	$(PY) -m neoxlab.results.tables $(EXP_ARG)
 
-figures: $(STAMP) ## analysis/ notebooks -> results/figures/ (every experiment, or EXP=<name>)
+figures: $(STAMP) ## collect missing/stale tables, then analysis/ notebooks -> results/figures/
 	$(PY) -m neoxlab.results.figures $(EXP_ARG)
 
 test: $(STAMP) ## run the test suite
@@ -62,6 +63,12 @@ $(OMB_NATIVE): bench/native/omb_native.c | $(STAMP)
 
 omb-compare: $(OMB_NATIVE) ## native C vs Python latency/allreduce on 2 ranks, overhead verdict
 	$(PY) bench/omb_compare.py --native $(OMB_NATIVE)
+
+slurm-up: ## start the local single-node Slurm (EXP=local_slurm, Slurm tests); root, idempotent
+	bash .ci/slurm-up
+
+slurm-down: ## stop the local Slurm daemons
+	bash .ci/slurm-down
 
 clean-venv: ## remove the virtual environment
 	rm -rf $(VENV)

@@ -11,6 +11,7 @@ from neoxlab.config.check import check, exit_on_config_error
 from neoxlab.config.compose import compose_experiment, list_experiments
 from neoxlab.launch import local, scheduler_module
 from neoxlab.launch.manifest import record_job
+from neoxlab.launch.slurm import local_slurm_refusal
 from neoxlab.launch.submit import submit_and_record
 from neoxlab.neox.validate import check_neox_inputs
 from neoxlab.results import figures, tables
@@ -39,6 +40,9 @@ def check_scheduler(cfg: Config) -> None:
     scheduler = cfg.cluster.scheduler
     if scheduler == "local" or not cfg.launch.submit:
         return
+    refusal = local_slurm_refusal(cfg)  # this machine's own Slurm, not started
+    if refusal:
+        raise ConfigError(refusal)
     command = scheduler_module(scheduler).SUBMIT
     if shutil.which(command) is None:
         raise ConfigError(

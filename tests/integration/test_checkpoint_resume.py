@@ -1,8 +1,8 @@
 """Checkpoints and resume: on 8 CPU ranks (TP=2 x PP=2 x DP=2, ZeRO-1) an interrupted run
 resumed from its checkpoint trains exactly as an uninterrupted one; on 4 (TP=2 x PP=2, half
 the start-up) a rank killed while writing a checkpoint, or a damaged checkpoint, leaves an
-older one to resume from, and SIGUSR1 saves a checkpoint and stops the job with exit code 85
-(requeue)."""
+older one to resume from, and SIGUSR1 or a stop request saves a checkpoint and stops the job
+with exit code 85 (requeue), once."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import torch
 
 from neoxlab.run.rankjob import PREEMPTED_EXIT
 from neoxlab.train import checkpoints
+from neoxlab.train.preemption import stop_request_file
 from tests.conftest import REPO_ROOT
 from tests.integration.harness import (
     FOUR_RANKS,
@@ -141,33 +142,68 @@ def _wait_for_steps(results: Path, launcher: subprocess.Popen, steps: int) -> Pa
     pytest.fail("training did not start in time")
 
 
-@pytest.mark.timeout(600)
-def test_sigusr1_saves_a_checkpoint_and_stops_for_requeue(results_dir):
-    steps = 24
-    cmd = [sys.executable, "-m", "neoxlab", "experiment=local_3d", "logger.wandb=disabled",
-           f"launch.results_dir={results_dir}", f"train.steps={steps}", *FOUR_RANKS]
-    launcher = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)
+def _stop_after(results: Path, process: subprocess.Popen, steps: int, stop) -> str:
+    """Once metrics.jsonl has `steps` lines, stop(); the process's output when it has ended."""
     try:
-        run_dir = _wait_for_steps(results_dir, launcher, 2)
-        # The launcher hands it to mpiexec, which forwards it to every rank.
-        launcher.send_signal(signal.SIGUSR1)
-        out, _ = launcher.communicate(timeout=120)
+        _wait_for_steps(results, process, steps)
+        stop()
+        out, _ = process.communicate(timeout=120)
     finally:
-        launcher.kill()
-    assert launcher.returncode == PREEMPTED_EXIT, out
+        process.kill()
+    return out.decode(errors="replace")  # bytes: text mode would turn each '\r' into '\n'
+
+
+@pytest.mark.timeout(900)
+def test_stop_signal_and_stop_request_each_stop_once_and_resume_exactly(results_dir, tmp_path):
+    """SIGUSR1 to the launcher, then a stop.request file in the resumed attempt: each saves a
+    checkpoint and stops the job with exit code 85 (requeue). The next resume does not obey
+    the request again: it trains to the end, every step once, with the losses of an
+    uninterrupted run. Not on a terminal, progress comes as plain lines, no '\\r' frames."""
+    steps = 24
+    overrides = ["logger.wandb=disabled", f"train.steps={steps}", *FOUR_RANKS]
+    proc, reference = run_experiment("local_3d", tmp_path / "reference", *overrides)
+    assert proc.returncode == 0, output(proc)
+    popen = {"cwd": REPO_ROOT, "stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
+    launcher = subprocess.Popen([sys.executable, "-m", "neoxlab", "experiment=local_3d",
+                                 f"launch.results_dir={results_dir}", *overrides], **popen)
+    # The launcher hands the signal to mpiexec, which forwards it to every rank.
+    outputs = [_stop_after(results_dir, launcher, 2,
+                           lambda: launcher.send_signal(signal.SIGUSR1))]
+    run_dir = next(results_dir.glob("local_3d/*"))
+    assert launcher.returncode == PREEMPTED_EXIT, outputs[0]
     status = read_status(run_dir)
     assert status["state"] == "preempted" and status["signal"] == "SIGUSR1", status
-    stopped = status["preempted_step"]
-    assert 2 <= stopped < steps
+    first = status["preempted_step"]
+    assert 2 <= first < steps
     assert status["attempts"][0]["exit"] == PREEMPTED_EXIT
-    assert usable_steps(run_dir) == [stopped]  # checkpoint_every=0: only the requested one
-    assert steps_of(run_dir) == list(range(1, stopped + 1))
+    assert usable_steps(run_dir) == [first]  # checkpoint_every=0: only the requested one
+    assert steps_of(run_dir) == list(range(1, first + 1))
     assert not processes_of(run_dir)
 
-    proc = resume_run(run_dir)
-    assert proc.returncode == 0, output(proc)
+    resumed = subprocess.Popen([sys.executable, "-m", "neoxlab.resume", str(run_dir)], **popen)
+    outputs.append(_stop_after(results_dir, resumed, first + 1,
+                               lambda: stop_request_file(run_dir).touch()))
+    assert resumed.returncode == PREEMPTED_EXIT, outputs[1]
+    status = read_status(run_dir)
+    second = status["preempted_step"]
+    assert first < second < steps and status["signal"] == "SIGUSR1", status
+    assert stop_request_file(run_dir).exists()  # still there, as after a user's request
+
+    proc = subprocess.run([sys.executable, "-m", "neoxlab.resume", str(run_dir)],
+                          timeout=240, **popen)  # as resume_run, but bytes
+    outputs.append(proc.stdout.decode(errors="replace"))
+    assert proc.returncode == 0, outputs[2]
     status = read_status(run_dir)
     assert status["state"] == "completed"
-    assert status["attempts"][-1]["resumed_from"] == stopped
-    assert steps_of(run_dir) == list(range(1, steps + 1))
+    assert [(a["exit"], a["resumed_from"]) for a in status["attempts"]] == [
+        (PREEMPTED_EXIT, 0), (PREEMPTED_EXIT, first), (0, second)]
+    assert not stop_request_file(run_dir).exists()  # consumed by the attempt's launch
+    ref, run = read_metrics(reference), read_metrics(run_dir)
+    assert [r["step"] for r in run] == list(range(1, steps + 1))  # every step exactly once
+    assert [r["loss"] for r in run] == [r["loss"] for r in ref]  # exact, not approx
+
+    for text in outputs:  # captured, not a terminal: one plain line per progress report
+        assert "\r" not in text
+    shown = [line for line in outputs[2].splitlines() if "local_3d: step " in line]
+    assert shown and shown[-1].startswith(f"[neoxlab] local_3d: step {steps}/{steps} (100%)")
+    assert all("loss=" in line and "elapsed" in line for line in shown), shown

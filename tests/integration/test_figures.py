@@ -1,16 +1,21 @@
-"""`make figures` on fixture runs: every declared output, and the summary's numbers checked."""
+"""`make figures` on fixture runs never collected: collected first, every declared output
+drawn (with no kernel warnings), and the summary's numbers checked."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 
 import matplotlib.image as mpimg
 import pytest
 
+from neoxlab.files import REPO_ROOT
 from neoxlab.results import figures
 from neoxlab.results import tables as collect
 
@@ -19,16 +24,43 @@ EXP = "local_compare"
 
 
 @pytest.fixture(scope="module")
-def drawn(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
-    """Collect and draw once for the module: kernels are the slow part."""
+def drawn(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, str]:
+    """Draw once for the module (kernels are the slow part), as `make figures` does, on run
+    dirs never collected: figures collects them first."""
     results = tmp_path_factory.mktemp("fig") / "results"
     shutil.copytree(FIXTURES / "runs" / EXP, results / EXP)
-    assert collect.main(["--exp", EXP, "--results", str(results)]) == 0
-    return results, figures.main(["--exp", EXP, "--results", str(results)])
+    cmd = [sys.executable, "-m", "neoxlab.results.figures", "--exp", EXP, "--results", str(results)]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    print(proc.stdout, proc.stderr)
+    return results, proc.returncode, proc.stdout + proc.stderr
 
 
-def test_every_declared_output_is_written(drawn: tuple[Path, int]):
-    results, rc = drawn
+def test_uncollected_runs_are_collected_and_drawn_without_kernel_warnings(drawn):
+    results, rc, output = drawn
+    assert rc == 0, output
+    runs = len(list((results / EXP).iterdir()))
+    assert f"{EXP}: {runs} run(s), not collected yet: collecting first" in output
+    assert (results / "tables" / f"{EXP}.runs.parquet").is_file()
+    assert "IPKernelApp" not in output and "without encryption" not in output, output
+
+
+def test_tables_older_than_a_run_are_collected_again(drawn, tmp_path: Path):
+    results = tmp_path / "results"
+    shutil.copytree(drawn[0], results)  # keeps the modification times
+    assert collect.needs_collecting(EXP, results) is None
+    table = results / "tables" / f"{EXP}.runs.parquet"
+    later = table.stat().st_mtime + 10
+    run = sorted((results / EXP).iterdir())[0]
+    os.utime(run / "status.json", (later, later))  # the run went on after collecting
+    runs = len(list((results / EXP).iterdir()))
+    assert collect.needs_collecting(EXP, results) == (
+        f"1 of {runs} run(s) changed since the tables were written")
+    table.unlink()
+    assert "not collected yet" in collect.needs_collecting(EXP, results)
+
+
+def test_every_declared_output_is_written(drawn):
+    results, rc, _ = drawn
     assert rc == 0
     books = figures.notebooks()
     assert {b.stem for b in books} >= {"throughput", "loss", "comm", "summary_table"}
@@ -61,8 +93,8 @@ def _independent_medians(run_dirs: list[Path]) -> dict[tuple[int, str], dict[str
     return out
 
 
-def test_summary_percentages_equal_independent_ones(drawn: tuple[Path, int]):
-    results, rc = drawn
+def test_summary_percentages_equal_independent_ones(drawn):
+    results, rc, _ = drawn
     assert rc == 0
     expected = _independent_medians(list((FIXTURES / "runs" / EXP).iterdir()))
     labels = {"Baseline": "none", "Naive ZFP": "naive", "ZHybrid": "zhybrid",
@@ -91,10 +123,8 @@ def test_summary_percentages_equal_independent_ones(drawn: tuple[Path, int]):
     assert r"\begin{tabular}" in tex and r"gain (\%)" in tex and "+21.2" in tex
 
 
-def test_a_failing_notebook_fails_the_command_and_is_named(
-    drawn: tuple[Path, int], tmp_path: Path, capsys
-):
-    results, _ = drawn
+def test_a_failing_notebook_fails_the_command_and_is_named(drawn, tmp_path: Path, capsys):
+    results = drawn[0]
     analysis = tmp_path / "analysis"
     analysis.mkdir()
     (analysis / "broken.py").write_text(
@@ -105,9 +135,11 @@ def test_a_failing_notebook_fails_the_command_and_is_named(
     assert "broken.py" in err and "deliberately broken notebook" in err
 
 
-def test_figures_without_tables_says_run_collect(tmp_path: Path, capsys):
+def test_figures_without_runs_or_tables_says_make_run(tmp_path: Path, capsys):
     assert figures.main(["--exp", EXP, "--results", str(tmp_path)]) == 2
-    assert "make collect" in capsys.readouterr().err
+    assert f"run `make run EXP={EXP}` first" in capsys.readouterr().err
+    assert figures.main(["--results", str(tmp_path)]) == 2
+    assert "run `make run` first" in capsys.readouterr().err
 
 
 @pytest.mark.timeout(300)

@@ -8,6 +8,7 @@ import pytest
 
 from neoxlab.__main__ import main
 from neoxlab.config.compose import compose_experiment, list_experiments
+from neoxlab.run import resume
 
 
 @pytest.mark.parametrize("name", list_experiments())
@@ -40,6 +41,25 @@ def test_cluster_experiment_is_not_submitted_without_its_scheduler(results_dir, 
     assert code == 2
     assert "bsub" in capsys.readouterr().err
     assert not any(results_dir.rglob("*"))
+
+
+def test_local_slurm_not_running_names_the_fix(results_dir, capsys, monkeypatch, tmp_path):
+    """As on a fresh clone: no Slurm clients on PATH (where CI started one, hidden here);
+    `make run` and `make resume` both say how to start it."""
+
+    assert main(["experiment=local_slurm", "launch.submit=false",  # a run dir to resume
+                 f"launch.results_dir={results_dir}"]) == 0
+    (planned,) = (results_dir / "local_slurm").iterdir()
+    capsys.readouterr()
+    monkeypatch.setenv("PATH", str(tmp_path / "no-slurm-here"))
+    assert main(["experiment=local_slurm", f"launch.results_dir={results_dir}"]) == 2
+    err = capsys.readouterr().err
+    assert "local Slurm" in err and "sbatch is not on this machine" in err, err
+    assert "`make slurm-up` (runs `bash .ci/slurm-up`" in err and "login node" not in err, err
+    assert list((results_dir / "local_slurm").iterdir()) == [planned]  # refused before planning
+    assert resume.main([str(planned)]) == 2
+    err = capsys.readouterr().err
+    assert "make slurm-up" in err and "login node" not in err, err
 
 
 def test_run_dirs_are_never_reused(results_dir):

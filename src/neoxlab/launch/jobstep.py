@@ -16,11 +16,11 @@ from pathlib import Path
 
 from neoxlab.config import Config
 from neoxlab.launch import hostfile, manifest
+from neoxlab.launch.attempt import clear_previous_attempt
 from neoxlab.launch.failure import diagnose
 from neoxlab.launch.submit import submit_and_record
 from neoxlab.neox.metrics import collect_metrics
 from neoxlab.run import rundir
-from neoxlab.train.preemption import stop_request_file
 
 
 def job_id(env: dict[str, str]) -> str | None:
@@ -29,7 +29,7 @@ def job_id(env: dict[str, str]) -> str | None:
 
 def begin(run_dir: Path, env: dict[str, str]) -> None:
     cfg = rundir.load_config(run_dir)
-    stop_request_file(run_dir).unlink(missing_ok=True)  # the previous job's, if requeued
+    clear_previous_attempt(run_dir)  # e.g. the stop request the previous job obeyed
     try:
         hosts = (hostfile.lsf_hosts(env) if cfg.cluster.scheduler == "lsf"
                  else hostfile.slurm_hosts(env))

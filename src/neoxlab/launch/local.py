@@ -17,10 +17,12 @@ import time
 from pathlib import Path
 
 from neoxlab.config import Config
+from neoxlab.launch.attempt import clear_previous_attempt
 from neoxlab.launch.failure import RankWatch, diagnose
 from neoxlab.launch.ranks import rank_command, rank_env
 from neoxlab.layout import world_size
 from neoxlab.run import rundir
+from neoxlab.run.progress import LastFrames, child_env
 from neoxlab.run.rankjob import PREEMPTED_EXIT
 
 GRACE_S = 10
@@ -41,6 +43,7 @@ def rank_environment(cfg: Config, run_dir: Path) -> dict[str, str]:
     if "PYTHONPATH" in extra and env.get("PYTHONPATH"):
         extra["PYTHONPATH"] += os.pathsep + env["PYTHONPATH"]
     env.update(extra)
+    env.update(child_env())  # rank 0 writes to our pipe: we know whether it ends in a terminal
     return env
 
 
@@ -96,21 +99,13 @@ def forward_stop_signals(proc: subprocess.Popen):
             signal.signal(sig, handler)
 
 
-def clear_rank_markers(run_dir: Path) -> None:
-    """Pid, done and error files of an earlier attempt would mislead the watch and diagnosis."""
-    logs = run_dir / "logs"
-    for pattern in ("rank*.pid", "rank*.done", "rank*.error.json"):
-        for path in logs.glob(pattern):
-            path.unlink(missing_ok=True)
-
-
 def launch(cfg: Config, run_dir: Path) -> int:
     """Run the job to its end; status.json ends completed, preempted (exit 85, checkpoint
     saved on SIGUSR1/SIGTERM) or failed (with rank and error)."""
     cmd = mpiexec_command(cfg, run_dir)
-    clear_rank_markers(run_dir)
+    clear_previous_attempt(run_dir)
     captured: list[str] = []
-    log = (run_dir / "logs" / "launcher.log").open("a")
+    log = LastFrames((run_dir / "logs" / "launcher.log").open("a"))  # a bar's last frame
     log.write(" ".join(cmd) + "\n")
     started = time.time()
     proc = subprocess.Popen(

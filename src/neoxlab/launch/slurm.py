@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -61,3 +62,39 @@ def job_state(job_id: str) -> str:
 
 def write_script(cfg: Config, run_dir: Path) -> Path:
     return jobscript.write_script(run_dir, SCRIPT_NAME, render(cfg, run_dir))
+
+
+# The single-node Slurm that .ci/slurm-up starts on this machine (configs/cluster/slurm_local):
+# when it is down the fix is to start it, not to go to a login node.
+LOCAL_CLUSTER = "slurm_local"
+START_LOCAL = "start it with `make slurm-up` (runs `bash .ci/slurm-up`, as root), then run again"
+PING_TIMEOUT_S = 10
+
+
+def local_slurm_problem() -> str | None:
+    """Why the local Slurm cannot take a job now (not installed, controller not answering);
+    None when its controller answers."""
+    if shutil.which(SUBMIT) is None:
+        return f"{SUBMIT} is not on this machine: Slurm is not installed"
+    try:
+        out = subprocess.run(["scontrol", "ping"], capture_output=True, text=True,
+                             timeout=PING_TIMEOUT_S, check=False)
+    except FileNotFoundError:
+        return "scontrol is not on this machine: Slurm is not installed"
+    except subprocess.TimeoutExpired:
+        return f"its controller does not answer (scontrol ping: no reply in {PING_TIMEOUT_S} s)"
+    if "is UP" not in out.stdout:
+        said = (out.stdout + out.stderr).strip().splitlines()
+        return f"its controller does not answer (scontrol ping: {said[0] if said else 'nothing'})"
+    return None
+
+
+def local_slurm_refusal(cfg: Config) -> str | None:
+    """The error for a job on the local Slurm while it is not running; None otherwise."""
+    if cfg.cluster.name != LOCAL_CLUSTER:
+        return None
+    problem = local_slurm_problem()
+    if problem is None:
+        return None
+    return (f"cluster '{LOCAL_CLUSTER}' is the local Slurm of this machine, and it is not "
+            f"running ({problem}); {START_LOCAL}")

@@ -2,6 +2,9 @@
 
     python -m neoxlab.results.figures [--exp NAME] [--results results]
 
+Tables that are missing, or older than a run dir of their experiment, are collected first
+(neoxlab.results.tables), so the figures show the runs there are.
+
 Notebooks are jupytext py:percent files; each names its outputs in a `# outputs:` line
 (paths under the results dir, `{exp}` filled in). The experiment and the directories are
 passed by environment variables (NEOXLAB_EXP, NEOXLAB_RESULTS, NEOXLAB_TABLES,
@@ -16,6 +19,7 @@ import fnmatch
 import os
 import re
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -24,7 +28,10 @@ from pathlib import Path
 import jupytext
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
+from traitlets.config import Config
+
 from neoxlab.files import REPO_ROOT
+from neoxlab.results import tables as collect
 
 ANALYSIS = REPO_ROOT / "analysis"
 CELL_TIMEOUT_S = 300
@@ -85,19 +92,29 @@ def environment(exp: str, results: Path) -> dict[str, str]:
     }
 
 
+def ipc_kernel(sockets: str) -> Config:
+    """The kernel talks to us over Unix sockets in a private directory, not over TCP on
+    localhost: nothing another user of the machine can connect to (and no warning from the
+    kernel about unencrypted TCP in the output of `make figures`)."""
+    config = Config()
+    config.KernelManager.transport = "ipc"
+    config.KernelManager.ip = str(Path(sockets) / "kernel")  # socket paths: kernel-<n>
+    return config
+
+
 def execute(notebook: Path, exp: str, results: Path) -> Outcome:
     """Run one notebook in a fresh kernel (it inherits the environment set by main)."""
     outputs = declared_outputs(notebook, exp, results)
     nb = jupytext.read(notebook)
-    client = NotebookClient(
-        nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
-        resources={"metadata": {"path": str(notebook.parent)}},
-        shutdown_kernel="immediate",  # outputs are on disk; a graceful stop only costs time
-    )
     for path in outputs:
         path.unlink(missing_ok=True)  # a stale file must not pass for a fresh one
     try:
-        client.execute()
+        with tempfile.TemporaryDirectory(prefix="neoxlab-kernel-") as sockets:
+            NotebookClient(
+                nb, timeout=CELL_TIMEOUT_S, kernel_name="python3", config=ipc_kernel(sockets),
+                resources={"metadata": {"path": str(notebook.parent)}},
+                shutdown_kernel="immediate",  # outputs are on disk: a graceful stop only waits
+            ).execute()
     except CellExecutionError as err:
         return Outcome(notebook.name, exp, outputs, _describe(err))
     except Exception as err:  # kernel death, timeout: still name the notebook
@@ -120,17 +137,23 @@ def _describe(err: CellExecutionError) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m neoxlab.results.figures", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--exp", help="one experiment (default: every one with tables)")
+    parser.add_argument("--exp", help="one experiment (default: every one with runs or tables)")
     parser.add_argument("--results", type=Path, default=Path("results"))
     parser.add_argument("--analysis", type=Path, default=ANALYSIS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     tables = args.results / "tables"
-    names = [args.exp] if args.exp else experiments(tables)
+    names = [args.exp] if args.exp else sorted(
+        set(experiments(tables)) | set(collect.experiments_in(args.results)))
+    for name in names:  # the figures of the runs there are: collect what is missing or stale
+        reason = collect.needs_collecting(name, args.results)
+        if reason:
+            print(f"{name}: {reason}: collecting first", flush=True)
+            collect.collect(name, args.results)
     missing = [n for n in names if not (tables / f"{n}.runs.parquet").exists()]
     if not names or missing:
-        which = f"EXP={missing[0]} " if missing else ""
-        print(f"error: no tables for {missing or 'any experiment'} in {tables}/: "
-              f"run `make collect {which}`first", file=sys.stderr)
+        which = f" EXP={missing[0]}" if missing else ""
+        print(f"error: no runs and no tables for {missing or 'any experiment'} under "
+              f"{args.results}/: run `make run{which}` first", file=sys.stderr)
         return 2
     books = notebooks(args.analysis)
     failed: list[Outcome] = []

@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from neoxlab.config import DIMS
 from neoxlab import metrics
-from neoxlab.config import from_dict
+from neoxlab.config import DIMS, from_dict
 from neoxlab.layout import layout_of
 from neoxlab.results import serve as serve_results
 

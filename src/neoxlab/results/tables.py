@@ -13,7 +13,6 @@ runs add <exp>.serve.parquet/.csv (one row per engine and arrival gap) and
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -22,9 +21,9 @@ import pandas as pd
 import yaml
 
 from neoxlab.files import REPO_ROOT, atomic_path
+from neoxlab.results import RUN_KEYS
 from neoxlab.results.load import COMM_FIELDS, STEP_FIELDS, Malformed, Run, find_run_dirs, load_run
 from neoxlab.results.serve import ENGINE_FIELDS, REQUEST_FIELDS
-from neoxlab.results import RUN_KEYS
 
 BASELINE = "none"
 NOT_EXPERIMENTS = {"tables", "figures", "predictions", "calibration"}
@@ -181,6 +180,23 @@ def _report(exp: str, runs: list[Run], out: Path, tables: dict[str, pd.DataFrame
         print(f"  {len(bad)} malformed lines skipped, first ones:")
         for m in bad[:5]:
             print(f"    {m.source}:{m.lineno}: {m.reason}: {m.line[:100]}")
+
+
+def needs_collecting(exp: str, results: Path) -> str | None:
+    """Why `exp`'s tables must be (re)written before drawing: never collected, or a run dir
+    changed after them (a new run, a run that went on); None when they are current, or when
+    there are no run dirs to collect (tables alone are drawn as they are)."""
+    dirs = run_dirs(results, exp)
+    table = results / "tables" / f"{exp}.runs.parquet"
+    if not dirs:
+        return None
+    if not table.exists():
+        return f"{len(dirs)} run(s), not collected yet"
+    written = table.stat().st_mtime
+    changed = [d for d in dirs if max(p.stat().st_mtime for p in (d, *d.iterdir())) > written]
+    if changed:
+        return f"{len(changed)} of {len(dirs)} run(s) changed since the tables were written"
+    return None
 
 
 def experiments_in(results: Path) -> list[str]:

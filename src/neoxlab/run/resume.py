@@ -16,6 +16,7 @@ from neoxlab.config import Config, ConfigError
 from neoxlab.config.check import check, exit_on_config_error
 from neoxlab.launch import local, scheduler_module
 from neoxlab.launch.manifest import read as read_manifest
+from neoxlab.launch.slurm import local_slurm_refusal
 from neoxlab.launch.submit import submit_and_record
 from neoxlab.run import rundir
 from neoxlab.run.status import live_ranks, report
@@ -63,6 +64,9 @@ def check_resumable(run_dir: Path) -> Config:
 
 def check_no_live_job(cfg: Config, run_dir: Path) -> None:
     """A cluster run's newest job must have ended, and this machine must be able to submit."""
+    refusal = local_slurm_refusal(cfg)
+    if refusal:
+        raise ConfigError(f"{run_dir}: {refusal}")
     scheduler = scheduler_module(cfg.cluster.scheduler)
     if shutil.which(scheduler.SUBMIT) is None:
         raise ConfigError(

@@ -14,6 +14,7 @@ from typing import TextIO
 
 from neoxlab.config import Config
 from neoxlab.run import rundir
+from neoxlab.run.progress import Progress
 from neoxlab.run.rankjob import run_rank
 from neoxlab.serve.distributed import init_model_parallel
 from neoxlab.serve.hf_cb import CBSizing
@@ -68,11 +69,15 @@ def serve(cfg: Config, run_dir: Path, rank: int, world: int, terminal: TextIO | 
             trace_json(g, s.gap_scale, spec, reqs) for g, spec, reqs in traces]})
     runner = Runner(model, settings_of(cfg), Control(comm))
     rows, request_rows = [], []
+    progress = Progress(len(traces), cfg.experiment, terminal if cfg.logger.progress else None,
+                        unit="trace", every=1)
     for gap, _, requests in traces:
         got, per_req = runner.run_all(list(s.engines), requests, gap)
         rows += got
         request_rows += per_req
         print(f"[serve] gap {gap} ms done", flush=True)
+        progress.update(1, gap_ms=gap)
+    progress.close()
     if rank == 0:
         lines = "".join(json.dumps(r, sort_keys=True) + "\n" for r in request_rows)
         rundir.write_atomic(run_dir / "serve_results.jsonl", lines)

@@ -18,7 +18,8 @@ STOP_SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
 
 
 def stop_request_file(run_dir: Path) -> Path:
-    """Created by a cluster job script at the time-limit warning; removed when a job begins."""
+    """Created by a cluster job script at the time-limit warning (or by hand); every launch
+    removes it before its ranks start (neoxlab.launch.attempt)."""
     return run_dir / "stop.request"
 
 

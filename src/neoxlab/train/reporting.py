@@ -1,4 +1,4 @@
-"""Rank 0's per-step outputs: metrics.jsonl, a progress bar on the terminal, wandb."""
+"""Rank 0's per-step outputs: metrics.jsonl, progress (neoxlab.run.progress), wandb."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from neoxlab.config import Config
+from neoxlab.run.progress import Progress
 from neoxlab.run.rundir import write_atomic
 
 
@@ -51,23 +52,14 @@ class StepReporter:
         path = run_dir / "metrics.jsonl"
         self.earlier, self.dropped = keep_metrics_up_to(path, start_step)
         self.metrics = path.open("a", buffering=1)
-        self.bar = None
-        if cfg.logger.progress and terminal is not None:
-            from tqdm import tqdm
-
-            self.bar = tqdm(
-                total=cfg.train.steps, initial=start_step, file=terminal, desc=cfg.experiment,
-                unit="step", dynamic_ncols=True, mininterval=0.5,
-            )
+        self.progress = Progress(cfg.train.steps, cfg.experiment,
+                                 terminal if cfg.logger.progress else None, initial=start_step)
         self.wandb = _start_wandb(cfg, run_dir)
 
     def report(self, record: dict[str, Any]) -> None:
         self.metrics.write(json.dumps(record) + "\n")
-        if self.bar is not None:
-            self.bar.set_postfix(
-                loss=f"{record['loss']:.4f}", samples_s=f"{record['samples_per_s']:.2f}"
-            )
-            self.bar.update(1)
+        self.progress.update(1, loss=f"{record['loss']:.4f}",
+                             samples_s=f"{record['samples_per_s']:.2f}")
         if self.wandb is not None:
             self.wandb.log(
                 {
@@ -83,8 +75,7 @@ class StepReporter:
 
     def close(self) -> None:
         self.metrics.close()
-        if self.bar is not None:
-            self.bar.close()
+        self.progress.close()
         if self.wandb is not None:
             self.wandb.finish()
 
