@@ -70,3 +70,13 @@ def test_mpi_backend_renders_global_switches():
                                               "compression.dims.dp.params={}"])
     with pytest.raises(ConfigError, match="supports only"):
         resolve_layout(bad)
+
+
+def test_rate_that_cannot_shrink_half_precision_traffic_is_refused():
+    """zfp rate 16 on bf16 activations would send every tp message raw: refused, named."""
+    bad = compose_experiment("local_naive", ["train.precision=bf16",
+                                              "compression.dims.tp.params.rate=16"])
+    with pytest.raises(ConfigError, match=r"dims.tp.*zfp\(rate=16\).*bf16.*rate < 16"):
+        resolve_layout(bad)
+    resolve_layout(compose_experiment("local_naive", ["train.precision=bf16"]))  # rate 8 ok
+    resolve_layout(compose_experiment("local_naive", ["compression.dims.tp.params.rate=16"]))

@@ -278,6 +278,16 @@ class Compressor(ABC):
         not compress travel raw (numel * itemsize), so a receiver never needs a header."""
         return None
 
+    def shrinks(self, dtype: torch.dtype) -> bool | None:
+        """Whether this codec makes large messages of dtype smaller: False means every
+        such message is sent raw (e.g. zfp rate >= 16 or fp16 on fp16 data); None when it
+        depends on the data (mpc, topk)."""
+        if dtype not in self.dtypes:
+            return False
+        numel = 1 << 20
+        fixed = self.fixed_nbytes(numel, dtype)
+        return None if fixed is None else fixed < numel * dtype.itemsize
+
     def _fixed_is_raw(self, dtype: torch.dtype) -> bool:
         return dtype not in self.dtypes
 
