@@ -22,6 +22,7 @@ from neoxlab.compress.base import (
     dtype_view,
     view_as,
 )
+from neoxlab.compress.kernels import triton_for
 from neoxlab.compress.registry import register
 
 _SLICE = 1 << 18  # values per slice of work (1 MiB of fp32; 2^16 was 1.3x slower)
@@ -78,6 +79,13 @@ class _Blockwise(Compressor):
         if staged:
             scales = torch.empty(nblocks, dtype=torch.float32, device=dev)
         codes = out[4 * nblocks:]
+        fused = triton_for(dev)
+        if fused and fused.quant_supported(blk):
+            fused.quant_encode(flat, blk, self.qmax, self.bits, scales,
+                               codes.view(torch.int8) if self.bits == 8 else codes)
+            if staged:
+                out[: 4 * nblocks].copy_(scales.view(torch.uint8))
+            return
         step = max(blk, _SLICE // blk * blk)  # whole blocks per slice
         q = torch.empty(min(step, n), dtype=torch.float32, device=dev)
         q8 = torch.empty(min(step, n) + 1, dtype=torch.int8, device=dev) if self.bits == 4 else None
@@ -133,6 +141,11 @@ def _decode_blocks(body: torch.Tensor, out: torch.Tensor, blk: int, bits: int) -
     nblocks = -(-n // blk)
     scales = view_as(body[: 4 * nblocks], torch.float32)
     codes = body[4 * nblocks:]
+    fused = triton_for(out.device)
+    if fused and fused.quant_supported(blk):
+        fused.quant_decode(scales, codes.view(torch.int8) if bits == 8 else codes, out, blk,
+                           bits)
+        return
     step = max(blk, _SLICE // blk * blk)
     for start in range(0, n, step):
         m = min(step, n - start)

@@ -50,6 +50,7 @@ from neoxlab.compress.base import (
     finite_absmax,
     view_as,
 )
+from neoxlab.compress.kernels import triton_for
 from neoxlab.compress.registry import register
 
 _ROW = 4  # values per row of the 2-D array given to ZFP
@@ -123,7 +124,9 @@ class Zfp(Compressor):
         stream_nbytes = 2 * self.rate * nblocks
         if n4:
             if self.impl == "torch":
-                zfp_torch.encode(flat[:n4], self.rate, out[:stream_nbytes])
+                fused = triton_for(flat.device)
+                (fused.zfp_encode if fused else zfp_torch.encode)(
+                    flat[:n4], self.rate, out[:stream_nbytes])
             else:
                 _zfpy_encode(self, flat[:n4], out[:stream_nbytes])
         if rest:
@@ -134,7 +137,9 @@ class Zfp(Compressor):
         stream_nbytes = 2 * self.rate * nblocks
         if n4:
             if self.impl == "torch":
-                zfp_torch.decode(payload[:stream_nbytes], self.rate, out[:n4])
+                fused = triton_for(out.device)
+                (fused.zfp_decode if fused else zfp_torch.decode)(
+                    payload[:stream_nbytes], self.rate, out[:n4])
             else:
                 _zfpy_decode(self, payload[:stream_nbytes], out[:n4])
         if rest:
