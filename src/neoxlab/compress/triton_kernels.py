@@ -22,6 +22,8 @@ from neoxlab.compress import zfp_torch
 
 _ZFP_LANES = 64  # ZFP blocks per program
 _MAX_QBLOCK = 4096  # largest quantization block the fused kernel takes (else torch)
+# no multiply-add contraction: torch rounds x * inv before adding the rounding constant
+_EXACT = {"enable_fp_fusion": False}
 
 
 def available(device: torch.device) -> bool:
@@ -224,7 +226,8 @@ def zfp_encode(vals: torch.Tensor, rate: int, out: torch.Tensor) -> None:
     bitlen = zfp_torch._bitlen_table(vals.device)
     grid = (triton.cdiv(nblocks, _ZFP_LANES),)
     _zfp_encode_kernel[grid](vals, out, enc, bitlen, rows, nblocks, RATE=rate,
-                             LANES=_ZFP_LANES, NBYTES_P2=triton.next_power_of_2(2 * rate))
+                             LANES=_ZFP_LANES, NBYTES_P2=triton.next_power_of_2(2 * rate),
+                             **_EXACT)
 
 
 # -- ZFP decode -----------------------------------------------------------------------------------
@@ -346,7 +349,7 @@ def zfp_decode(payload: torch.Tensor, rate: int, out: torch.Tensor) -> None:
     grid = (triton.cdiv(nblocks, _ZFP_LANES),)
     _zfp_decode_kernel[grid](payload, *_float_out(out), dec, vclass, n4, nblocks, RATE=rate,
                              LANES=_ZFP_LANES, STATE=zfp_torch._STATE,
-                             BF16=out.dtype == torch.bfloat16)
+                             BF16=out.dtype == torch.bfloat16, **_EXACT)
 
 
 def _float_out(out: torch.Tensor) -> tuple[torch.Tensor]:
@@ -407,7 +410,8 @@ def quant_encode(flat: torch.Tensor, block: int, qmax: int, bits: int,
     n = flat.numel()
     grid = (-(-n // block),)
     _quant_encode_kernel[grid](flat, scales, codes, n, BLOCK=block,
-                               BLOCK_P2=triton.next_power_of_2(block), QMAX=qmax, BITS=bits)
+                               BLOCK_P2=triton.next_power_of_2(block), QMAX=qmax, BITS=bits,
+                               **_EXACT)
 
 
 def quant_decode(scales: torch.Tensor, codes: torch.Tensor, out: torch.Tensor, block: int,
@@ -416,4 +420,4 @@ def quant_decode(scales: torch.Tensor, codes: torch.Tensor, out: torch.Tensor, b
     grid = (-(-n // block),)
     _quant_decode_kernel[grid](scales, codes, *_float_out(out), n, BLOCK=block,
                                BLOCK_P2=triton.next_power_of_2(block), BITS=bits,
-                               BF16=out.dtype == torch.bfloat16)
+                               BF16=out.dtype == torch.bfloat16, **_EXACT)
