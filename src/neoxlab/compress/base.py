@@ -23,6 +23,13 @@ The body length makes a message self-delimiting: ``decode`` accepts a buffer wit
 bytes (e.g. a slot of ``max_encoded_bytes`` filled by a padded all-gather), and
 ``encoded_nbytes(buf)`` tells the exact wire size from the header alone.
 
+Fixed-size payloads (``fixed_nbytes``/``encode_fixed``/``decode_fixed``): fixed-rate codecs
+(zfp, int8/int4, fp16/bf16, none) also write a bare payload whose size is a function of
+numel, dtype and the codec's parameters, so a collective can allocate receive buffers
+without a size exchange and decode without reading a header on the host. These calls
+never synchronise with the host; NaN/Inf are marked inside the payload instead of sending
+the message raw. Dtypes a codec does not compress travel raw in it.
+
 Codecs compress fp32, fp16 and bf16 (mpc and none also fp64); every other dtype passes
 through untouched. A body is never larger than the raw tensor: when compressing would not
 shrink the message (tiny tensors, incompressible data) or would change values it must not
