@@ -70,8 +70,11 @@ def validate_compression(cfg: Config) -> list[str]:
                 f"{where}.compressor='{comp.describe()}' is lossy but {dim} is marked "
                 "lossless_only; use a lossless compressor (mpc, none) or drop lossless_only"
             )
+        # the paper's named schemes keep their published rates (ZHybrid's rate 24 on fp16
+        # TP/PP is sent raw, skipped before encoding and counted); a custom one is refused
         half = _HALF.get(cfg.train.precision)
-        if half is not None and dim in ("tp", "pp") and comp.shrinks(half) is False:
+        if (c.scheme == "custom" and half is not None and dim in ("tp", "pp")
+                and comp.name != "none" and comp.shrinks(half) is False):
             errors.append(
                 f"{where}.compressor='{comp.describe()}' cannot shrink {dim} traffic: with "
                 f"train.precision={cfg.train.precision} its activations are "
