@@ -198,3 +198,14 @@ def test_cuda_payloads_and_values_equal_cpu(spec: str) -> None:
         assert torch.equal(nan, y_gpu.isnan())
         ints = {torch.float32: torch.int32}.get(dtype, torch.int16)
         assert torch.equal(y_cpu.view(ints)[~nan], y_gpu.view(ints)[~nan]), (spec, dtype)
+
+
+@pytest.mark.parametrize("spec", ["zfp:rate=8", "int4", "fp16"])
+def test_strided_payload_decodes(spec: str) -> None:
+    c = make_compressor(spec)
+    x = torch.randn(999)
+    payload = c.encode_fixed(x)
+    spread = torch.zeros(2 * payload.numel(), dtype=torch.uint8)
+    spread[::2] = payload
+    assert torch.equal(c.decode_fixed(spread[::2], 999, x.dtype),
+                       c.decode_fixed(payload, 999, x.dtype))

@@ -354,7 +354,7 @@ class Compressor(ABC):
             if self._fixed_is_raw(dtype):
                 raw_bytes(flat).copy_(payload[:nbytes])
             else:
-                self._decode_fixed(payload[:nbytes], flat)
+                self._decode_fixed(payload[:nbytes].contiguous(), flat)
         return out
 
     def _encode_fixed(self, flat: torch.Tensor, out: torch.Tensor) -> None:
