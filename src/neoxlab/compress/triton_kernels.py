@@ -247,7 +247,7 @@ def _read16(in_ptr, base, pos, nbytes: tl.constexpr):
 @triton.jit
 def _zfp_decode_kernel(in_ptr, out_ptr, dec_ptr, vclass_ptr, n4, nblocks,
                        RATE: tl.constexpr, LANES: tl.constexpr, STATE: tl.constexpr,
-                       BF16: tl.constexpr):
+                       STEPS: tl.constexpr, BF16: tl.constexpr):
     b = tl.program_id(0) * LANES + tl.arange(0, LANES)
     live = b < nblocks
     bl = tl.where(live, b, 0).to(tl.int64)
@@ -272,7 +272,7 @@ def _zfp_decode_kernel(in_ptr, out_ptr, dec_ptr, vclass_ptr, n4, nblocks,
         pos += m
         budget -= m
         state = n * (3 * STATE)
-        for _ in tl.static_range(5):
+        for _ in tl.static_range(STEPS):
             byte = _read16(in_ptr, base, pos, nbytes) & 0xFF
             vc = tl.load(vclass_ptr + budget)
             ent = tl.load(dec_ptr + state + vc + byte)
@@ -348,7 +348,7 @@ def zfp_decode(payload: torch.Tensor, rate: int, out: torch.Tensor) -> None:
     vclass = zfp_torch._budget_class(16 * rate, out.device)
     grid = (triton.cdiv(nblocks, _ZFP_LANES),)
     _zfp_decode_kernel[grid](payload, *_float_out(out), dec, vclass, n4, nblocks, RATE=rate,
-                             LANES=_ZFP_LANES, STATE=zfp_torch._STATE,
+                             LANES=_ZFP_LANES, STATE=zfp_torch._STATE, STEPS=zfp_torch._STEPS,
                              BF16=out.dtype == torch.bfloat16, **_EXACT)
 
 

@@ -18,8 +18,8 @@ mode. Per block of 16 values, all blocks at once:
    cumulative sums of lengths give offsets) and OR-ed into 64-bit words.
 
 Decoding runs the planes in order with a byte-at-a-time state machine table (state: n,
-group-test or scanning, the byte, how many of its bits are left in the budget), 5 steps
-per plane, which covers the longest group-test code (33 bits); ZFP's rule for a code cut
+group-test or scanning, the byte, how many of its bits are left in the budget), 4 steps
+per plane, which covers the longest group-test code (31 bits); ZFP's rule for a code cut
 by the budget (a cut scan sets the bit it was looking at) is part of the table.
 
 Blocks holding NaN/Inf are written as header 1 + exponent 0 (ZFP never writes exponent
@@ -42,7 +42,7 @@ _NB = -0x55555556  # 0xaaaaaaaa as int32
 _INT_MIN = -(1 << 31)
 # coefficient order by sequency: index (i, j) = i + 4 j, sorted by i + j then i^2 + j^2
 PERM = (0, 1, 4, 5, 2, 8, 6, 9, 3, 12, 10, 7, 13, 11, 14, 15)
-_STEPS = 5  # 8-bit decode steps per plane: a plane's group-test code is <= 33 bits
+_STEPS = 4  # 8-bit decode steps per plane: a group-test code is <= 31 bits (all ones)
 
 _CACHE: dict[tuple[str, torch.device], torch.Tensor] = {}
 
