@@ -213,9 +213,8 @@ def _zfpy_decode(c: Zfp, payload: torch.Tensor, out: torch.Tensor) -> None:
     arr = zfpy.decompress_numpy(stream)
     if arr.size != n4:
         raise WireFormatError(f"zfp stream holds {arr.size} values, expected {n4}")
-    vals = torch.from_numpy(np.ascontiguousarray(arr)).view(-1)
+    vals = torch.from_numpy(np.ascontiguousarray(arr)).reshape(-1).clone()
     nan_blocks = zfp_torch.marked_blocks(host, c.rate)
-    vals = vals.view(-1).clone()
     padded = torch.zeros(nan_blocks.numel() * _BLOCK, dtype=torch.bool)
     padded.view(-1, _BLOCK)[nan_blocks] = True
     vals[padded[:n4]] = float("nan")

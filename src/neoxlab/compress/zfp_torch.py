@@ -149,8 +149,7 @@ def _budget_class(maxbits: int, device: torch.device) -> torch.Tensor:
 # -- block transforms -------------------------------------------------------------------------
 
 def _fwd_lift(p: torch.Tensor, dim: int) -> None:
-    x, y, z, w = (p.select(dim, i) for i in range(4))
-    x = x.clone(); y = y.clone(); z = z.clone(); w = w.clone()  # noqa: E702
+    x, y, z, w = (p.select(dim, i).clone() for i in range(4))
     x += w; x >>= 1; w -= x  # noqa: E702
     z += y; z >>= 1; y -= z  # noqa: E702
     x += z; x >>= 1; z -= x  # noqa: E702
