@@ -68,6 +68,34 @@ def test_payload_is_smaller_exactly_when_shrinks_says_so(spec: str) -> None:
         assert smaller == bool(c.shrinks(dtype)), (spec, dtype)
 
 
+@pytest.mark.parametrize(("spec", "dtype"), [("zfp:rate=16", torch.float16),
+                                             ("zfp:rate=24", torch.bfloat16),
+                                             ("zfp:rate=32", torch.float32),
+                                             ("fp16", torch.float16), ("bf16", torch.bfloat16)])
+def test_a_rate_that_cannot_shrink_sends_raw_without_coding(spec: str, dtype: torch.dtype,
+                                                            monkeypatch) -> None:
+    c = make_compressor(spec)
+
+    def boom(*args, **kwargs):
+        raise AssertionError("coded although the raw bytes are not larger")
+
+    monkeypatch.setattr(c, "_encode_fixed", boom)
+    monkeypatch.setattr(c, "_decode_fixed", boom)
+    x = (torch.randn(4096) * 2).to(dtype)
+    payload = c.encode_fixed(x)
+    assert torch.equal(payload, x.view(torch.uint8))
+    assert torch.equal(c.decode_fixed(payload, x.numel(), dtype), x)
+    assert c.stats.passthrough == 1  # counted as raw
+
+
+def test_payload_never_exceeds_raw() -> None:
+    for spec in FIXED:
+        c = make_compressor(spec)
+        for n in (1, 3, 5, 17, 20, 63, 1000):
+            for dtype in DTYPES:
+                assert c.fixed_nbytes(n, dtype) <= n * dtype.itemsize
+
+
 def test_other_dtypes_travel_raw() -> None:
     for spec in FIXED:
         c = make_compressor(spec)

@@ -276,14 +276,26 @@ class Compressor(ABC):
 
     def _fixed_body_nbytes(self, numel: int, dtype: torch.dtype) -> int | None:
         """Exact body size when it does not depend on the data (lets encode skip work)."""
-        return self.fixed_nbytes(numel, dtype) if dtype in self.dtypes else None
+        return self.coded_nbytes(numel, dtype) if dtype in self.dtypes else None
 
     # -- fixed-size wire API (no header; the receiver knows numel, dtype, parameters) ---
+    def coded_nbytes(self, numel: int, dtype: torch.dtype) -> int | None:
+        """Bytes of this codec's own coding of numel values of a dtype in ``dtypes``
+        (fixed-rate codecs); None for data-dependent ones (mpc, topk)."""
+        return None
+
     def fixed_nbytes(self, numel: int, dtype: torch.dtype) -> int | None:
         """Exact payload bytes of ``encode_fixed`` for fixed-rate codecs (zfp, int8/int4,
-        fp16/bf16, none); None for data-dependent ones (mpc, topk). Dtypes the codec does
-        not compress travel raw (numel * itemsize), so a receiver never needs a header."""
-        return None
+        fp16/bf16, none); None for data-dependent ones (mpc, topk). The payload is the
+        coded values when that is smaller than the raw bytes, else the raw bytes (dtypes
+        the codec does not compress, rates that cannot shrink a dtype such as zfp rate >=
+        16 on fp16, tiny tensors): a function of numel, dtype and the parameters, so a
+        receiver never needs a header, and never more than numel * itemsize."""
+        coded = self.coded_nbytes(numel, dtype)
+        if coded is None:
+            return None
+        raw = numel * dtype.itemsize
+        return coded if dtype in self.dtypes and coded < raw else raw
 
     def shrinks(self, dtype: torch.dtype) -> bool | None:
         """Whether this codec makes large messages of dtype smaller: False means every
@@ -292,11 +304,14 @@ class Compressor(ABC):
         if dtype not in self.dtypes:
             return False
         numel = 1 << 20
-        fixed = self.fixed_nbytes(numel, dtype)
-        return None if fixed is None else fixed < numel * dtype.itemsize
+        coded = self.coded_nbytes(numel, dtype)
+        return None if coded is None else coded < numel * dtype.itemsize
 
-    def _fixed_is_raw(self, dtype: torch.dtype) -> bool:
-        return dtype not in self.dtypes
+    def _fixed_is_raw(self, numel: int, dtype: torch.dtype) -> bool:
+        if dtype not in self.dtypes:
+            return True
+        coded = self.coded_nbytes(numel, dtype)
+        return coded is not None and coded >= numel * dtype.itemsize
 
     def _check_fixed(self, numel: int, dtype: torch.dtype) -> int:
         n = self.fixed_nbytes(numel, dtype)
@@ -322,7 +337,8 @@ class Compressor(ABC):
         self.stats.bytes_in += flat.numel() * flat.element_size()
         self.stats.bytes_out += nbytes
         if flat.numel():
-            if self._fixed_is_raw(x.dtype):
+            if self._fixed_is_raw(flat.numel(), x.dtype):
+                self.stats.passthrough += x.dtype in self.dtypes and self.name != "none"
                 out.copy_(raw_bytes(flat))
             else:
                 self._encode_fixed(flat, out)
@@ -351,7 +367,7 @@ class Compressor(ABC):
         self.stats.decodes += 1
         if numel:
             flat = out.view(-1)
-            if self._fixed_is_raw(dtype):
+            if self._fixed_is_raw(numel, dtype):
                 raw_bytes(flat).copy_(payload[:nbytes])
             else:
                 self._decode_fixed(payload[:nbytes].contiguous(), flat)

@@ -62,9 +62,7 @@ class _Blockwise(Compressor):
     def _code_nbytes(self, numel: int) -> int:
         return numel if self.bits == 8 else (numel + 1) // 2
 
-    def fixed_nbytes(self, numel: int, dtype: torch.dtype) -> int:
-        if dtype not in self.dtypes:
-            return numel * dtype.itemsize
+    def coded_nbytes(self, numel: int, dtype: torch.dtype) -> int:
         nblocks = -(-numel // self.block)
         return 4 * nblocks + self._code_nbytes(numel)
 
@@ -110,7 +108,7 @@ class _Blockwise(Compressor):
             out[: 4 * nblocks].copy_(scales.view(torch.uint8))
 
     def _encode(self, flat: torch.Tensor, hdr: Header) -> torch.Tensor | None:
-        nbytes = self.fixed_nbytes(flat.numel(), flat.dtype)
+        nbytes = self.coded_nbytes(flat.numel(), flat.dtype)
         buf, body = hdr.alloc(nbytes, flat.device)
         self._encode_fixed(flat, body)
         nblocks = -(-flat.numel() // self.block)

@@ -14,7 +14,8 @@ gradient/activation data: about 3x lower relative RMS error at the same rate (ra
 rates 1 and 2 work (1-D ZFP blocks of 4 values cannot hold a float exponent at rate < 3).
 When the number of rows is not a multiple of 4, ZFP pads the last block.
 
-Payload (fixed size, ``fixed_nbytes``): the ZFP block stream - ``2 * rate`` bytes per
+Payload (fixed size, ``coded_nbytes``; ``encode_fixed`` sends the raw bytes instead when
+they are not larger, see base.py): the ZFP block stream - ``2 * rate`` bytes per
 block of 16 values, exactly the bytes zfpy writes after its 12-byte stream header - then
 the 0-3 values left over after the last full row of 4, raw in the input dtype. NaN/Inf:
 a block holding one is written as ZFP's "non-zero block" bit followed by the biased
@@ -113,9 +114,7 @@ class Zfp(Compressor):
         return self.rate
 
     # -- fixed-size payload --------------------------------------------------------------
-    def fixed_nbytes(self, numel: int, dtype: torch.dtype) -> int:
-        if dtype not in self.dtypes:
-            return numel * dtype.itemsize
+    def coded_nbytes(self, numel: int, dtype: torch.dtype) -> int:
         _, nblocks, rest = layout(numel)
         return 2 * self.rate * nblocks + rest * dtype.itemsize
 
@@ -149,14 +148,14 @@ class Zfp(Compressor):
     def _encode(self, flat: torch.Tensor, hdr: Header) -> torch.Tensor | None:
         if finite_absmax(flat) is None:
             return None
-        buf, body = hdr.alloc(self.fixed_nbytes(flat.numel(), flat.dtype), flat.device)
+        buf, body = hdr.alloc(self.coded_nbytes(flat.numel(), flat.dtype), flat.device)
         self._encode_fixed(flat, body)
         return buf
 
     def _decode(self, body: torch.Tensor, hdr: Header) -> torch.Tensor:
         if hdr.param != self.rate:
             return Zfp(rate=check_rate(hdr.param), impl=self.impl)._decode(body, hdr)
-        expected = self.fixed_nbytes(hdr.numel, hdr.dtype)
+        expected = self.coded_nbytes(hdr.numel, hdr.dtype)
         if body.numel() != expected:
             raise WireFormatError(f"zfp body of {body.numel()} bytes does not match "
                                   f"{hdr.numel} values at rate {self.rate} ({expected})")
