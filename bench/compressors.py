@@ -117,7 +117,7 @@ def main() -> int:
     lin = torch.linspace(0, 1, n)
     smooth = torch.sin(lin * 1000) * lin
     gb = grads.nbytes / 1e9
-    print(f"# {grads.nbytes / 2**20:.0f} MiB fp32, {args.threads} thread(s), median of "
+    print(f"# {grads.nbytes / 2**20:.0f} MiB fp32, {torch.get_num_threads()} thread(s), median of "
           f"{args.repeats}, {args.clock} clock, THP {os.environ.get('THP_MEM_ALLOC_ENABLE')}"
           f"; torch {torch.__version__}")
     print(f"# real data: {real['grads'].numel()} gradient and {real['acts'].numel()} "
