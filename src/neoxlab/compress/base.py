@@ -23,6 +23,13 @@ The body length makes a message self-delimiting: ``decode`` accepts a buffer wit
 bytes (e.g. a slot of ``max_encoded_bytes`` filled by a padded all-gather), and
 ``encoded_nbytes(buf)`` tells the exact wire size from the header alone.
 
+Fixed-size payloads (``fixed_nbytes``/``encode_fixed``/``decode_fixed``): fixed-rate codecs
+(zfp, int8/int4, fp16/bf16, none) also write a bare payload whose size is a function of
+numel, dtype and the codec's parameters, so a collective can allocate receive buffers
+without a size exchange and decode without reading a header on the host. These calls
+never synchronise with the host; NaN/Inf are marked inside the payload instead of sending
+the message raw. Dtypes a codec does not compress travel raw in it.
+
 Codecs compress fp32, fp16 and bf16 (mpc and none also fp64); every other dtype passes
 through untouched. A body is never larger than the raw tensor: when compressing would not
 shrink the message (tiny tensors, incompressible data) or would change values it must not
@@ -189,6 +196,25 @@ def raw_bytes(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(-1).view(torch.uint8)
 
 
+def _payload_buffer(out: torch.Tensor | None, nbytes: int, device: torch.device,
+                    what: str) -> torch.Tensor:
+    """A caller's 1-D uint8 buffer of exactly nbytes on device, or a new one."""
+    if out is None:
+        return torch.empty(nbytes, dtype=torch.uint8, device=device)
+    if out.dtype != torch.uint8 or out.dim() != 1 or out.numel() != nbytes \
+            or out.device != device or not out.is_contiguous():
+        raise ValueError(f"{what}= must be a contiguous 1-D uint8 tensor of {nbytes} bytes on "
+                         f"{device}; got {out.dtype} {list(out.shape)} on {out.device}")
+    return out
+
+
+def dtype_view(buf: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
+    """A uint8 slice viewed as dtype, or None when its offset is misaligned for dtype."""
+    if buf.storage_offset() % dtype.itemsize or buf.numel() % dtype.itemsize:
+        return None
+    return buf.view(dtype)
+
+
 def finite_absmax(x: torch.Tensor) -> float | None:
     """max|x| in one pass without temporaries, or None if x holds NaN or Inf."""
     lo, hi = torch.stack(torch.aminmax(x)).float().tolist()  # one device sync
@@ -250,7 +276,110 @@ class Compressor(ABC):
 
     def _fixed_body_nbytes(self, numel: int, dtype: torch.dtype) -> int | None:
         """Exact body size when it does not depend on the data (lets encode skip work)."""
+        return self.coded_nbytes(numel, dtype) if dtype in self.dtypes else None
+
+    # -- fixed-size wire API (no header; the receiver knows numel, dtype, parameters) ---
+    def coded_nbytes(self, numel: int, dtype: torch.dtype) -> int | None:
+        """Bytes of this codec's own coding of numel values of a dtype in ``dtypes``
+        (fixed-rate codecs); None for data-dependent ones (mpc, topk)."""
         return None
+
+    def fixed_nbytes(self, numel: int, dtype: torch.dtype) -> int | None:
+        """Exact payload bytes of ``encode_fixed`` for fixed-rate codecs (zfp, int8/int4,
+        fp16/bf16, none); None for data-dependent ones (mpc, topk). The payload is the
+        coded values when that is smaller than the raw bytes, else the raw bytes (dtypes
+        the codec does not compress, rates that cannot shrink a dtype such as zfp rate >=
+        16 on fp16, tiny tensors): a function of numel, dtype and the parameters, so a
+        receiver never needs a header, and never more than numel * itemsize."""
+        coded = self.coded_nbytes(numel, dtype)
+        if coded is None:
+            return None
+        raw = numel * dtype.itemsize
+        return coded if dtype in self.dtypes and coded < raw else raw
+
+    def shrinks(self, dtype: torch.dtype) -> bool | None:
+        """Whether this codec makes large messages of dtype smaller: False means every
+        such message is sent raw (e.g. zfp rate >= 16 or fp16 on fp16 data); None when it
+        depends on the data (mpc, topk)."""
+        if dtype not in self.dtypes:
+            return False
+        numel = 1 << 20
+        coded = self.coded_nbytes(numel, dtype)
+        return None if coded is None else coded < numel * dtype.itemsize
+
+    def _fixed_is_raw(self, numel: int, dtype: torch.dtype) -> bool:
+        if dtype not in self.dtypes:
+            return True
+        coded = self.coded_nbytes(numel, dtype)
+        return coded is not None and coded >= numel * dtype.itemsize
+
+    def _check_fixed(self, numel: int, dtype: torch.dtype) -> int:
+        n = self.fixed_nbytes(numel, dtype)
+        if n is None:
+            raise CompressionConfigError(
+                f"{self.describe()} has data-dependent sizes: fixed_nbytes is None, so "
+                "encode_fixed/decode_fixed do not apply; use encode/decode (self-describing) "
+                "or a fixed-rate codec (zfp, int8, int4, fp16, bf16, none)")
+        return n
+
+    def encode_fixed(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """1-D uint8 payload of exactly ``fixed_nbytes(x.numel(), x.dtype)`` bytes on
+        x.device, without a header and without any host synchronisation. NaN/Inf are marked
+        inside the payload (the affected values or blocks decode non-finite), never silently
+        turned into finite numbers. ``out`` (1-D uint8 of that size) avoids an allocation."""
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{self.name}.encode_fixed expects a torch.Tensor, "
+                            f"got {type(x).__name__}")
+        nbytes = self._check_fixed(x.numel(), x.dtype)
+        out = _payload_buffer(out, nbytes, x.device, "out")
+        flat = x.detach().contiguous().reshape(-1)
+        self.stats.calls += 1
+        self.stats.bytes_in += flat.numel() * flat.element_size()
+        self.stats.bytes_out += nbytes
+        if flat.numel():
+            if self._fixed_is_raw(flat.numel(), x.dtype):
+                self.stats.passthrough += x.dtype in self.dtypes and self.name != "none"
+                out.copy_(raw_bytes(flat))
+            else:
+                self._encode_fixed(flat, out)
+        return out
+
+    def decode_fixed(self, payload: torch.Tensor, numel: int, dtype: torch.dtype,
+                     out: torch.Tensor | None = None) -> torch.Tensor:
+        """Flat tensor (numel, dtype) on payload.device from an ``encode_fixed`` payload;
+        ``out`` (contiguous, numel elements of dtype) lets a caller decode into its own
+        buffer. Payload bytes past ``fixed_nbytes`` are ignored."""
+        nbytes = self._check_fixed(numel, dtype)
+        if (not isinstance(payload, torch.Tensor) or payload.dtype != torch.uint8
+                or payload.dim() != 1 or payload.numel() < nbytes):
+            raise WireFormatError(
+                f"{self.describe()}.decode_fixed needs a 1-D uint8 payload of at least "
+                f"{nbytes} bytes for {numel} {dtype} values; got "
+                f"{getattr(payload, 'dtype', type(payload).__name__)} "
+                f"{list(getattr(payload, 'shape', []))}")
+        if out is None:
+            out = torch.empty(numel, dtype=dtype, device=payload.device)
+        elif (out.dtype != dtype or out.numel() != numel or not out.is_contiguous()
+              or out.device != payload.device):
+            raise ValueError(f"decode_fixed out= must be a contiguous {dtype} tensor of "
+                             f"{numel} elements on {payload.device}; got {out.dtype} "
+                             f"{list(out.shape)} on {out.device}")
+        self.stats.decodes += 1
+        if numel:
+            flat = out.view(-1)
+            if self._fixed_is_raw(numel, dtype):
+                raw_bytes(flat).copy_(payload[:nbytes])
+            else:
+                self._decode_fixed(payload[:nbytes].contiguous(), flat)
+        return out
+
+    def _encode_fixed(self, flat: torch.Tensor, out: torch.Tensor) -> None:
+        """Write the payload of a non-empty flat tensor of a dtype in ``dtypes`` to out."""
+        raise NotImplementedError(f"{self.name} has no fixed-size payload")
+
+    def _decode_fixed(self, payload: torch.Tensor, out: torch.Tensor) -> None:
+        """Fill the flat, contiguous, non-empty out from exactly fixed_nbytes bytes."""
+        raise NotImplementedError(f"{self.name} has no fixed-size payload")
 
     def _header_param(self, numel: int) -> int:
         return 0
@@ -268,7 +397,7 @@ class Compressor(ABC):
         buf = None
         if x.dtype in self.dtypes and x.numel() > 0:
             fixed = self._fixed_body_nbytes(x.numel(), x.dtype)
-            if fixed is None or fixed < raw_n:
+            if fixed is None or fixed < raw_n or not self.gain_required:
                 hdr.param = self._header_param(x.numel())
                 buf = self._encode(flat, hdr)
                 no_gain = buf is not None and buf.numel() - hdr.nbytes >= raw_n
