@@ -216,6 +216,8 @@ class ServeConfig:
     hf_cb_num_blocks: int = 64
     hf_cb_max_batch_tokens: int = 512
     hf_cb_page_size: int = 32
+    hf_cb_tune: bool = True  # search hf_cb's sizing and CPU attention before the timed runs
+    lean_decode: bool = True  # TP=1: plain torch ops on the same weights (false: megatron's)
 
 
 @dataclass
