@@ -192,7 +192,7 @@ class ServeConfig:
     """Temporal-fusion inference (task=serve): workload, engines and their sizing."""
 
     engines: list[str] = field(default_factory=lambda: [
-        "fused", "fused_noreorder", "sequential", "static", "dynamic", "hf_cb"])
+        "fused", "fused_noreorder", "sequential", "static", "dynamic", "hf_cb", "hf_generate"])
     weights: str = "random"  # random (train.seed) | hf:<GPTNeoX dir> | run:<training run dir>
     num_requests: int = 32
     arrival: str = "poisson"  # poisson | constant
