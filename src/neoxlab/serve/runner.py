@@ -112,6 +112,8 @@ class Runner:
             if row["engine"] == "hf_generate" and self.settings.sampling.mode != "greedy":
                 same_model = False  # it samples from torch's global generator, not ours
             row["outputs_match"] = (tokens == ref_tokens) if same_model else None
+            row["requests_same"] = (sum(a == b for a, b in zip(tokens, ref_tokens, strict=True))
+                                    if same_model else None)  # how many requests agree
             row["speedup"] = base.total_s / run.total_s if base and run.total_s else None
         requests_rows = [
             {"gap_ms": gap_ms, "engine": name, **rec, **per_request(rec)}
