@@ -84,8 +84,12 @@ def test_every_engine_matches_sequential_and_transformers_generate(hf_dir, trace
                           min_new_tokens=req.max_new_tokens, do_sample=False)
         assert out[0, len(req.prompt):].tolist() == tokens, req.rid
     # the hf_generate engine's twin, copied from our weights, is that same network
-    baseline = run_hf_generate(neox_twin(model), trace, Sampling())
+    twin = neox_twin(model)
+    baseline = run_hf_generate(twin, trace, Sampling())
     assert [r["tokens"] for r in baseline.records] == expected
+    padded = replace(trace[0], prompt=[0, *trace[0].prompt, 0])  # generate's pad id inside
+    ours = _serve(model, "sequential", [padded]).records[0]["tokens"]
+    assert run_hf_generate(twin, [padded], Sampling()).records[0]["tokens"] == ours
 
 
 def test_lean_path_and_batched_prompts_equal_megatron_layers_one_by_one(trace):

@@ -87,9 +87,10 @@ def run_hf_generate(model, requests: list[Request], sampling: Sampling) -> Engin
             torch.manual_seed(r.seed)  # generate samples from the global generator
             kwargs = {"do_sample": True, "temperature": sampling.temperature,
                       "top_k": sampling.top_k or None}
-        with torch.inference_mode():
-            out = model.generate(
-                torch.tensor([r.prompt]), max_new_tokens=r.max_new_tokens,
+        ids = torch.tensor([r.prompt])
+        with torch.inference_mode():  # explicit mask: else a prompt token equal to the pad id
+            out = model.generate(  # would be masked out
+                ids, attention_mask=torch.ones_like(ids), max_new_tokens=r.max_new_tokens,
                 min_new_tokens=r.max_new_tokens if eos is None else None,
                 eos_token_id=eos, pad_token_id=0, streamer=stream, **kwargs)
         finish = time.perf_counter()
