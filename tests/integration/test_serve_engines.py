@@ -12,6 +12,7 @@ import torch
 from neoxlab.config import ModelConfig
 from neoxlab.serve.distributed import init_single_process, shutdown
 from neoxlab.serve.hf_cb import hf_cb_model, llama_twin, neox_cb_supported
+from neoxlab.serve.hf_generate import neox_twin, run_hf_generate
 from neoxlab.serve.policies import OWN_ENGINES, policy_for
 from neoxlab.serve.scheduler import Engine, Sampling
 from neoxlab.serve.weights import build_serve_model
@@ -82,6 +83,38 @@ def test_every_engine_matches_sequential_and_transformers_generate(hf_dir, trace
         out = hf.generate(torch.tensor([req.prompt]), max_new_tokens=req.max_new_tokens,
                           min_new_tokens=req.max_new_tokens, do_sample=False)
         assert out[0, len(req.prompt):].tolist() == tokens, req.rid
+    # the hf_generate engine's twin, copied from our weights, is that same network
+    twin = neox_twin(model)
+    baseline = run_hf_generate(twin, trace, Sampling())
+    assert [r["tokens"] for r in baseline.records] == expected
+    padded = replace(trace[0], prompt=[0, *trace[0].prompt, 0])  # generate's pad id inside
+    ours = _serve(model, "sequential", [padded]).records[0]["tokens"]
+    assert run_hf_generate(twin, [padded], Sampling()).records[0]["tokens"] == ours
+
+
+def test_lean_path_and_batched_prompts_equal_megatron_layers_one_by_one(trace):
+    """The lean TP=1 path and a batched, right-padded prompt phase fill the same caches and
+    give the same logits as megatron's layers prefilling one request at a time."""
+    model = build_serve_model(TINY, "random", 3, 1, 0, MAX_SEQ)
+    prompts = [r.prompt for r in trace[:5]]
+    assert len({len(p) for p in prompts}) > 1  # padding is exercised
+    model.lean = False
+    single = model.new_cache(5, MAX_SEQ)
+    ref = torch.stack([model.prefill([p], [i], single)[0] for i, p in enumerate(prompts)])
+    model.lean = True
+    batched = model.new_cache(5, MAX_SEQ)
+    slots = [3, 0, 4, 1, 2]  # any slots, not just a contiguous range
+    got = model.prefill(prompts, slots, batched)
+    for row, slot in enumerate(slots):
+        torch.testing.assert_close(got[row], ref[row], rtol=1e-4, atol=1e-5)
+        for a, b in zip(batched.slot_content(slot, len(prompts[row])),
+                        single.slot_content(row, len(prompts[row])), strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    runs = {}
+    for lean in (True, False):
+        model.lean = lean
+        runs[lean] = [r["tokens"] for r in _serve(model, "fused", trace).records]
+    assert runs[True] == runs[False]
 
 
 def test_reordering_moves_cache_content_correctly(trace):
@@ -102,8 +135,8 @@ def test_reordering_moves_cache_content_correctly(trace):
         moved += sum(1 for s in reo.live.values() if s.slot != plain_slot(plain, s.req.rid))
         for slot, state in reo.live.items():
             other = plain_slot(plain, state.req.rid)
-            length = int(reo.slot_pos[slot])
-            assert length == int(plain.slot_pos[other])
+            length = reo.slot_pos[slot]
+            assert length == plain.slot_pos[other]
             for a, b in zip(reo.cache.slot_content(slot, length),
                             plain.cache.slot_content(other, length), strict=True):
                 torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)

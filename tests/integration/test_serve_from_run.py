@@ -140,7 +140,7 @@ def test_tp1_logits_equal_transformers_and_training_moved_the_weights(trained, r
     prompt = torch.randint(0, m.vocab_size, (1, 20), generator=torch.Generator().manual_seed(5))
     cache = served.new_cache(1, 32)
     for length in (1, 7, 20):
-        ours = served.prefill(prompt[0, :length].tolist(), 0, cache)
+        ours = served.prefill([prompt[0, :length].tolist()], [0], cache)[0]
         with torch.no_grad():
             ref = hf(prompt[:, :length]).logits[0, -1]
         assert ours.shape == ref.shape == (m.vocab_size,)

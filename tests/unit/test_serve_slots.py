@@ -78,3 +78,16 @@ def test_workload_is_reproducible_and_gap_only_scales_arrivals():
     assert [r.arrival_s for r in constant] == [0.0, 0.5, 1.0, 1.5]
     with pytest.raises(ValueError, match="negative"):
         make_workload(WorkloadSpec(4, "constant", -1.0, (2, 5), (3, 9), 256, seed=5))
+
+
+def test_hf_cb_search_sizes_blocks_for_the_whole_trace_and_probes_the_same_work():
+    from neoxlab.serve.hf_cb_tune import blocks_for, probe_of
+
+    reqs = make_workload(WorkloadSpec(20, "poisson", 0.02, (5, 9), (40, 80), 50, 3))
+    pages = [-(-(len(r.prompt) + r.max_new_tokens) // 16) for r in reqs]
+    assert blocks_for(reqs, 16, 1.0) == sum(pages)
+    assert blocks_for(reqs, 16, 0.0) == max(pages)  # never too small for one request
+    probe = probe_of(reqs, count=8, max_new=32)
+    assert len(probe) == 8 and all(r.arrival_s == 0.0 for r in probe)
+    assert all(p.max_new_tokens == min(r.max_new_tokens, 32) and p.prompt == r.prompt
+               for p, r in zip(probe, reqs, strict=False))

@@ -207,7 +207,7 @@ class ServeConfig:
     """Temporal-fusion inference (task=serve): workload, engines and their sizing."""
 
     engines: list[str] = field(default_factory=lambda: [
-        "fused", "fused_noreorder", "sequential", "static", "dynamic", "hf_cb"])
+        "fused", "fused_noreorder", "sequential", "static", "dynamic", "hf_cb", "hf_generate"])
     weights: str = "random"  # random (train.seed) | hf:<GPTNeoX dir> | run:<training run dir>
     num_requests: int = 32
     arrival: str = "poisson"  # poisson | constant
@@ -231,6 +231,8 @@ class ServeConfig:
     hf_cb_num_blocks: int = 64
     hf_cb_max_batch_tokens: int = 512
     hf_cb_page_size: int = 32
+    hf_cb_tune: bool = True  # search hf_cb's sizing and CPU attention before the timed runs
+    lean_decode: bool = True  # TP=1: plain torch ops on the same weights (false: megatron's)
 
 
 @dataclass

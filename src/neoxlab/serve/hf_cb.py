@@ -6,6 +6,7 @@ the probe below says GPT-NeoX works, hf_cb runs a LlamaForCausalLM twin: same hi
 layers, heads, vocabulary and (within 0.1 %) parameters and FLOPs per token. The label says
 which model ran, and is printed beside the numbers. On CPU, the cache (num_blocks x
 page_size tokens) and max_batch_tokens are set explicitly: the automatic sizing assumes a GPU.
+hf_cb_tune.py searches them (and the CPU attention implementation) before the timed runs.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ class CBSizing:
     num_blocks: int = 64
     max_batch_tokens: int = 512
     page_size: int = 32
+    attn: str = "sdpa"  # CPU attention implementation: sdpa | eager (CB runs it paged)
 
 
 def _generation_config(max_new_tokens: int, sampling: Sampling):
@@ -113,6 +115,8 @@ def hf_cb_model(model: ModelConfig, weights: str, seed: int):
 def run_hf_cb(model, requests: list[Request], sizing: CBSizing, sampling: Sampling) -> EngineRun:
     """Submit each request at its arrival time; collect tokens and timestamps as they finish."""
     longest = max(r.max_new_tokens for r in requests)
+    if model.config._attn_implementation not in (sizing.attn, f"paged|{sizing.attn}"):
+        model.set_attn_implementation(sizing.attn)
     manager = model.init_continuous_batching(
         generation_config=_generation_config(longest, sampling),
         continuous_batching_config=_cb_config(sizing),

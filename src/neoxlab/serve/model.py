@@ -1,11 +1,17 @@
-"""The training model's layers run with a per-slot KV cache: one prompt phase per request,
-one fused decode step over a range of slots.
+"""The training model's layers run with a per-slot KV cache: a batched prompt phase for the
+requests admitted together, one fused decode step over a range of slots.
 
 The modules are the training ones (built from pipe.layer_specs with the same per-layer
 seeds, so a seeded model equals the untrained training model at any TP degree); only the
 attention core differs: it reads and writes the preallocated cache instead of attending
 over a whole sequence. Logits are vocab-parallel; they are gathered so every TP rank picks
 the same token.
+
+At TP=1 the forward runs by default on the lean path: plain torch ops (F.linear,
+F.layer_norm) on the very same parameter tensors, rotary applied to Q and K in one op,
+rotary tables and the causal bias built once and sliced. megatron-core's parallel layers
+cost a Python autograd function and extra ops per call, which at decode sizes is a large
+share of a step (bench/serve_profile.py shows the split). TP>1 keeps megatron's layers.
 """
 
 from __future__ import annotations
@@ -38,10 +44,14 @@ class ServeModel(torch.nn.Module):
         self.tp = tp
         self.source = "random"  # where the weights came from (set by serve.weights)
         self.num_layers = model.num_layers
+        self.lean = tp == 1  # plain-op forward (serve.lean_decode); TP>1 needs megatron's
         cos, sin = rotary_tables(max_seq_len, rotary_dim(model), model.rotary_emb_base,
                                  torch.float32, torch.device("cpu"))
         self.register_buffer("rotary_cos", cos, persistent=False)
         self.register_buffer("rotary_sin", sin, persistent=False)
+        # additive causal bias: row p allows keys 0..p; a decode step slices rows by position
+        causal = torch.full((max_seq_len, max_seq_len), float("-inf")).triu(1)
+        self.register_buffer("causal_bias", causal, persistent=False)
 
     def blocks(self) -> list[TransformerLayer]:
         return [getattr(self, str(i)) for i in range(1, self.num_layers + 1)]
@@ -53,63 +63,127 @@ class ServeModel(torch.nn.Module):
                        p.dtype, p.device)
 
     def _forward(self, tokens: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                 attend: Attend) -> torch.Tensor:
-        x = getattr(self, "0")(tokens)
+                 attend: Attend, last: torch.Tensor | None = None) -> torch.Tensor:
+        """tokens [b, s]; cos/sin [b or 1, s, rotary]; `last` [b]: the one position per row
+        whose logits are wanted (the head runs on those rows only). Logits [b, (s,) vocab]."""
+        lean = self.lean and self.tp == 1
+        cos, sin = cos.to(self.rotary_dtype()), sin.to(self.rotary_dtype())
+        if lean:
+            x = F.embedding(tokens, getattr(self, "0").word_embeddings.weight)
+        else:
+            x = getattr(self, "0")(tokens)
+        block = self._lean_block if lean else self._megatron_block
         for i, layer in enumerate(self.blocks()):
-            attn_in = layer.input_layernorm(x)
-            q, k, v = layer.attention.project_qkv(attn_in, cos.to(x.dtype), sin.to(x.dtype))
-            attn = layer.attention.project_out(attend(i, q, k, v))
-            if layer.parallel_residual:
-                x = x + attn + layer.mlp(layer.post_attention_layernorm(x))
-            else:
-                x = x + attn
-                x = x + layer.mlp(layer.post_attention_layernorm(x))
-        x = getattr(self, str(self.num_layers + 1))(x)
-        return self._logits(x)
+            x = block(i, layer, x, cos, sin, attend)
+        if last is not None:
+            x = x[torch.arange(x.shape[0], device=x.device), last]
+        norm = getattr(self, str(self.num_layers + 1)).norm
+        x = F.layer_norm(x, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
+        return self._logits(x, lean)
 
-    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+    def rotary_dtype(self) -> torch.dtype:
+        return next(self.parameters()).dtype
+
+    @staticmethod
+    def _megatron_block(i: int, layer: TransformerLayer, x: torch.Tensor, cos: torch.Tensor,
+                        sin: torch.Tensor, attend: Attend) -> torch.Tensor:
+        """One block through megatron's parallel layers (any TP degree)."""
+        attn_in = layer.input_layernorm(x)
+        q, k, v = layer.attention.project_qkv(attn_in, cos[:, None], sin[:, None])
+        attn = layer.attention.project_out(attend(i, q, k, v))
+        if layer.parallel_residual:
+            return x + attn + layer.mlp(layer.post_attention_layernorm(x))
+        x = x + attn
+        return x + layer.mlp(layer.post_attention_layernorm(x))
+
+    @staticmethod
+    def _lean_block(i: int, layer: TransformerLayer, x: torch.Tensor, cos: torch.Tensor,
+                    sin: torch.Tensor, attend: Attend) -> torch.Tensor:
+        """The same block in plain ops on the same weights (TP=1): fused QKV projection, one
+        rotary op for Q and K together, q/k/v as views of the QKV output."""
+        att, mlp = layer.attention, layer.mlp
+        ln1, ln2 = layer.input_layernorm, layer.post_attention_layernorm
+        b, s, h = x.shape
+        attn_in = F.layer_norm(x, ln1.normalized_shape, ln1.weight, ln1.bias, ln1.eps)
+        qkv = F.linear(attn_in, att.query_key_value.weight, att.query_key_value.bias)
+        qkv = qkv.view(b, s, att.heads_local, 3, att.head_dim)  # GPT-NeoX: per head q|k|v
+        rot = cos.shape[-1]
+        if rot:
+            qk = qkv[:, :, :, :2, :rot]
+            half = rot // 2
+            rotated = torch.cat((-qk[..., half:], qk[..., :half]), dim=-1)
+            qkv[:, :, :, :2, :rot] = (qk * cos[:, :, None, None] +
+                                      rotated * sin[:, :, None, None])
+        q, k, v = qkv.transpose(1, 2).unbind(3)  # each [b, heads, s, head_dim]
+        context = attend(i, q, k, v).transpose(1, 2).reshape(b, s, h)
+        attn = F.linear(context, att.dense.weight, att.dense.bias)
+
+        def ffn(y: torch.Tensor) -> torch.Tensor:
+            y = F.layer_norm(y, ln2.normalized_shape, ln2.weight, ln2.bias, ln2.eps)
+            y = F.gelu(F.linear(y, mlp.dense_h_to_4h.weight, mlp.dense_h_to_4h.bias))
+            return F.linear(y, mlp.dense_4h_to_h.weight, mlp.dense_4h_to_h.bias)
+
+        if layer.parallel_residual:
+            return x + attn + ffn(x)
+        x = x + attn
+        return x + ffn(x)
+
+    def _logits(self, hidden: torch.Tensor, lean: bool) -> torch.Tensor:
         """Full-vocabulary logits [..., vocab_size] on every TP rank (padding cut off)."""
-        local = getattr(self, str(self.num_layers + 2))(hidden)
+        head = getattr(self, str(self.num_layers + 2))
+        local = F.linear(hidden, head.final_linear.weight) if lean else head(hidden)
         if self.tp > 1:
             local = gather_last_dim(local.contiguous())
         return local[..., : self.config.vocab_size].float()
 
-    @torch.no_grad()
-    def prefill(self, prompt: list[int], slot: int, cache: KVCache) -> torch.Tensor:
-        """Prompt phase of one request: fill slot's cache, return the last position's logits."""
-        p = len(prompt)
-        tokens = torch.tensor([prompt], dtype=torch.long, device=cache.k.device)
+    @torch.inference_mode()
+    def prefill(self, prompts: list[list[int]], slots: list[int], cache: KVCache
+                ) -> torch.Tensor:
+        """Prompt phase of requests admitted together, in one forward: prompt r fills slot
+        slots[r]'s cache. Returns each prompt's last-position logits [n, vocab].
+
+        Prompts are right-padded to the longest; causal attention keeps a real token from
+        seeing the padding after it, and the padding's cache entries lie beyond the prompt,
+        where every decode step writes its own position before attending to it.
+        """
+        lengths = [len(p) for p in prompts]
+        p = max(lengths)
+        device = cache.k.device
+        tokens = torch.tensor([q + [0] * (p - len(q)) for q in prompts], dtype=torch.long,
+                              device=device)
+        index = torch.tensor(slots, dtype=torch.long, device=device)
 
         def attend(i: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            cache.k[i, slot, :, :p] = k[0]
-            cache.v[i, slot, :, :p] = v[0]
+            cache.k[i, index, :, :p] = k
+            cache.v[i, index, :, :p] = v
             return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
-        logits = self._forward(tokens, self.rotary_cos[:p], self.rotary_sin[:p], attend)
-        return logits[0, -1]
+        last = torch.tensor(lengths, dtype=torch.long, device=device) - 1
+        return self._forward(tokens, self.rotary_cos[None, :p], self.rotary_sin[None, :p],
+                             attend, last)
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def decode(self, tokens: torch.Tensor, positions: torch.Tensor, lo: int,
-               cache: KVCache) -> torch.Tensor:
+               cache: KVCache, span: int | None = None) -> torch.Tensor:
         """One fused step over slots [lo, lo+n): row r feeds tokens[r] at positions[r].
 
         Each row writes its new K/V at its own position and attends to positions <= it,
-        so requests of different lengths share one batched step. Returns logits [n, vocab].
+        so requests of different lengths share one batched step. `span` (the longest live
+        position + 1, known to the caller) saves a host sync. Returns logits [n, vocab].
         """
         n = tokens.shape[0]
         rows = torch.arange(n, device=tokens.device)
-        span = int(positions.max()) + 1
-        mask = (torch.arange(span, device=tokens.device)[None, :] <= positions[:, None])
-        mask = mask[:, None, None, :]
-        cos = self.rotary_cos[positions][:, None, None, :]
-        sin = self.rotary_sin[positions][:, None, None, :]
+        if span is None:
+            span = int(positions.max()) + 1
+        bias = self.causal_bias[positions, :span][:, None, None, :].to(self.rotary_dtype())
+        cos, sin = self.rotary_cos[positions][:, None], self.rotary_sin[positions][:, None]
 
         def attend(i: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             keys, values = cache.k[i, lo:lo + n], cache.v[i, lo:lo + n]
             keys[rows, :, positions] = k[:, :, 0]
             values[rows, :, positions] = v[:, :, 0]
             return F.scaled_dot_product_attention(
-                q, keys[:, :, :span], values[:, :, :span], attn_mask=mask
+                q, keys[:, :, :span], values[:, :, :span], attn_mask=bias
             )
 
         logits = self._forward(tokens[:, None], cos, sin, attend)

@@ -6,15 +6,19 @@
 - static: FasterTransformer-style: the waiting requests form a batch that runs until its
   longest request finishes (finished rows are computed until then; nobody joins)
 - dynamic: static with a batching window (wait up to window for the batch to fill)
-- hf_cb: transformers' continuous batching (a separate runner, hf_cb.py)
+- hf_cb: transformers' continuous batching (a separate runner, hf_cb.py; tuned by
+  hf_cb_tune.py)
+- hf_generate: transformers' generate, one request at a time, on the same weights
+  (hf_generate.py)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-ENGINES = ("fused", "fused_noreorder", "sequential", "static", "dynamic", "hf_cb")
-OWN_ENGINES = ENGINES[:-1]
+OWN_ENGINES = ("fused", "fused_noreorder", "sequential", "static", "dynamic")
+HF_ENGINES = ("hf_cb", "hf_generate")  # transformers' runners, one process (TP=1)
+ENGINES = OWN_ENGINES + HF_ENGINES
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ an abort of the whole job, status.json from planned to running to completed or f
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import TextIO
 
@@ -33,7 +34,7 @@ def settings_of(cfg: Config):
         window_s=s.batch_window_ms / 1000,
         sampling=Sampling(s.sampling, s.temperature, s.top_k, s.eos_token_id),
         cb_sizing=CBSizing(s.hf_cb_num_blocks, s.hf_cb_max_batch_tokens, s.hf_cb_page_size),
-        weights=s.weights, seed=cfg.train.seed, repeats=s.repeats,
+        weights=s.weights, seed=cfg.train.seed, repeats=s.repeats, cb_tune=s.hf_cb_tune,
     )
 
 
@@ -63,6 +64,7 @@ def serve(cfg: Config, run_dir: Path, rank: int, world: int, terminal: TextIO | 
     s = cfg.serve
     model = build_serve_model(cfg.model, s.weights, cfg.train.seed, cfg.parallel.tp, rank,
                               s.max_seq_len)
+    model.lean = s.lean_decode and cfg.parallel.tp == 1
     traces = traces_of(cfg, model.config.vocab_size)
     if rank == 0:
         rundir.write_json(run_dir / "workload.json", {"traces": [
@@ -87,6 +89,8 @@ def serve(cfg: Config, run_dir: Path, rank: int, world: int, terminal: TextIO | 
                       "heads": model.config.num_attention_heads, "tp": cfg.parallel.tp,
                       "weights": s.weights, "weights_source": model.source},
             "gap_scale": s.gap_scale,
+            "hf_cb_sizing": asdict(runner.cb_sizing) if "hf_cb" in s.engines else None,
+            "hf_cb_tuning": runner.cb_tuning,
         })
         table = format_table(rows)
         print(table, flush=True)

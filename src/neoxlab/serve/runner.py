@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from neoxlab.serve.hf_cb import CBSizing, hf_cb_model, run_hf_cb
+from neoxlab.serve.hf_cb_tune import tune_hf_cb
+from neoxlab.serve.hf_generate import neox_twin, run_hf_generate
 from neoxlab.serve.model import ServeModel
 from neoxlab.serve.policies import policy_for
 from neoxlab.serve.scheduler import Control, Engine, EngineRun, Sampling
@@ -25,6 +27,7 @@ class RunSettings:
     weights: str = "random"
     seed: int = 1234
     repeats: int = 1  # timed runs per engine and trace; the one with the median total time
+    cb_tune: bool = False  # search hf_cb's sizing on the first trace, then time the best
 
 
 class Runner:
@@ -32,18 +35,36 @@ class Runner:
         self.model, self.settings = model, settings
         self.control = control or Control()
         self._hf = None
+        self._twin = None
+        self.cb_sizing = settings.cb_sizing
+        self.cb_tuning: list[dict] = []  # every hf_cb trial of the search (run dir record)
 
     def hf(self):
         if self._hf is None:
             self._hf = hf_cb_model(self.model.config, self.settings.weights, self.settings.seed)
         return self._hf
 
+    def twin(self):
+        if self._twin is None:
+            self._twin = neox_twin(self.model)
+        return self._twin
+
+    def tune_cb(self, requests: list[Request]) -> None:
+        """Search hf_cb's sizing once, on the first trace it serves."""
+        if self.settings.cb_tune and not self.cb_tuning:
+            self.cb_sizing, self.cb_tuning = tune_hf_cb(
+                self.hf()[0], requests, self.settings.sampling, self.settings.cb_sizing)
+
     def _server(self, name: str) -> tuple[Callable[[list[Request]], EngineRun], str]:
         """(serve a list of requests on a fresh engine, the label of the network that runs)."""
         s = self.settings
         if name == "hf_cb":
             model, label = self.hf()
-            return (lambda reqs: run_hf_cb(model, reqs, s.cb_sizing, s.sampling)), label
+            return (lambda reqs: run_hf_cb(model, reqs, self.cb_sizing, s.sampling)), label
+        if name == "hf_generate":
+            twin = self.twin()
+            return ((lambda reqs: run_hf_generate(twin, reqs, s.sampling)),
+                    "gpt-neox (transformers generate, same weights)")
         policy = policy_for(name, s.max_concurrent, s.window_s)
         return (lambda reqs: Engine(self.model, policy, s.slots, s.max_seq_len, s.sampling,
                                     self.control).run(reqs)), "gpt-neox (ours)"
@@ -54,6 +75,8 @@ class Runner:
         baseline), then serves the trace on a fresh engine, `repeats` rounds of every engine
         in turn (a stall of a shared machine hits one round, not one engine's every run);
         each engine's run with the median total time is kept."""
+        if "hf_cb" in engines:
+            self.tune_cb(requests)
         longest = max(requests, key=lambda r: (r.max_new_tokens, len(r.prompt)))
         solo_req = [replace(longest, arrival_s=0.0)]
         servers = {name: self._server(name) for name in engines}
@@ -86,7 +109,11 @@ class Runner:
             run = runs[row["engine"]]
             same_model = row["model"].startswith("gpt-neox")
             tokens = [r["tokens"] for r in run.records]
+            if row["engine"] == "hf_generate" and self.settings.sampling.mode != "greedy":
+                same_model = False  # it samples from torch's global generator, not ours
             row["outputs_match"] = (tokens == ref_tokens) if same_model else None
+            row["requests_same"] = (sum(a == b for a, b in zip(tokens, ref_tokens, strict=True))
+                                    if same_model else None)  # how many requests agree
             row["speedup"] = base.total_s / run.total_s if base and run.total_s else None
         requests_rows = [
             {"gap_ms": gap_ms, "engine": name, **rec, **per_request(rec)}
@@ -105,8 +132,17 @@ def ratios(rows: list[dict]) -> dict:
             "fused_vs_hf_cb_throughput": _ratio(by, "hf_cb", "tokens_per_s", True),
             "fused_vs_noreorder_total_time": _ratio(by, "fused_noreorder", "total_s", False),
             "fused_vs_static_total_time": _ratio(by, "static", "total_s", False),
+            "sequential_vs_hf_generate_tokens_per_s": _pair(by, "sequential", "hf_generate"),
         }
     return out
+
+
+def _pair(by: dict[str, dict], ours: str, theirs: str) -> float | None:
+    """ours' tokens/s over theirs' (> 1: ours is faster)."""
+    a, b = by.get(ours), by.get(theirs)
+    if not a or not b or not a["tokens_per_s"] or not b["tokens_per_s"]:
+        return None
+    return a["tokens_per_s"] / b["tokens_per_s"]
 
 
 def _ratio(by: dict[str, dict], other: str, key: str, higher_better: bool) -> float | None:

@@ -1,5 +1,10 @@
-"""The serving loop shared by our engines: admit arrived requests (prompt phase each), then
-one fused decode step over a slot range, evict finished requests, repeat.
+"""The serving loop shared by our engines: admit arrived requests (one batched prompt phase
+for all admitted together), then one fused decode step over a slot range, evict finished
+requests, repeat.
+
+Per-slot tokens and positions live in Python lists: the step builds its two small input
+tensors from them, and the only host synchronisation per step is reading the chosen tokens
+back.
 
 Arrivals are real time: a request becomes visible at t0 + arrival_s. Under tensor
 parallelism only rank 0 reads the clock and decides admissions, then broadcasts them, so all
@@ -73,9 +78,9 @@ class Engine:
         self.cache = model.new_cache(slots, max_seq_len)
         self.max_seq_len = max_seq_len
         self.table = SlotTable(slots, policy.reorder)
-        device = self.cache.k.device
-        self.slot_token = torch.zeros(slots, dtype=torch.long, device=device)
-        self.slot_pos = torch.zeros(slots, dtype=torch.long, device=device)
+        self.device = self.cache.k.device
+        self.slot_token = [0] * slots  # the token each slot feeds at its next step
+        self.slot_pos = [0] * slots  # the position it feeds it at
         self.live: dict[int, _Live] = {}
         self.batch_rows = 0
         self._proc = psutil.Process()
@@ -108,8 +113,8 @@ class Engine:
         if not (self.pending or self.live):
             return False
         admit = self.control.bcast(self._decide(self.pending) if self.control.root else None)
-        for _ in range(admit):
-            self._admit(self.pending.popleft(), self.result)
+        if admit:
+            self._admit([self.pending.popleft() for _ in range(admit)], self.result)
         if self.live:
             self._step(self.result)
         rss = self._proc.memory_info().rss
@@ -151,23 +156,28 @@ class Engine:
                 return 0
             time.sleep(max(0.0, pending[arrived].arrival_s - now))
 
-    def _admit(self, req: Request, result: EngineRun) -> None:
-        """Prompt phase: fill the slot's cache and emit the first token."""
+    def _admit(self, reqs: list[Request], result: EngineRun) -> None:
+        """Prompt phase of the requests admitted together (one forward): fill their slots'
+        caches and emit each one's first token."""
         admit_s = self.now()
-        slot = self.table.assign(req.rid)
-        logits = self.model.prefill(req.prompt, slot, self.cache)
-        gen = request_generator(req.seed) if self.sampling.mode != "greedy" else None
-        state = _Live(req, slot, [], gen, admit_s, 0.0)
-        token = self._pick(logits, gen)
-        state.first_s = self.now()
-        state.out.append(token)
-        self.slot_token[slot] = token
-        self.slot_pos[slot] = len(req.prompt)
-        self.live[slot] = state
-        if self.policy.batch_mode:
-            self.batch_rows = max(self.batch_rows, slot + 1)
-        if self._done(state):
-            self._finish([state], result)
+        slots = [self.table.assign(r.rid) for r in reqs]
+        logits = self.model.prefill([r.prompt for r in reqs], slots, self.cache)
+        greedy = logits.argmax(-1).tolist() if self.sampling.mode == "greedy" else None
+        first_s, done = self.now(), []
+        for row, (req, slot) in enumerate(zip(reqs, slots, strict=True)):
+            gen = request_generator(req.seed) if greedy is None else None
+            state = _Live(req, slot, [], gen, admit_s, first_s)
+            token = greedy[row] if greedy is not None else self._pick(logits[row], gen)
+            state.out.append(token)
+            self.slot_token[slot] = token
+            self.slot_pos[slot] = len(req.prompt)
+            self.live[slot] = state
+            if self.policy.batch_mode:
+                self.batch_rows = max(self.batch_rows, slot + 1)
+            if self._done(state):
+                done.append(state)
+        if done:
+            self._finish(done, result)
 
     def _pick(self, logits: torch.Tensor, gen: torch.Generator | None) -> int:
         s = self.sampling
@@ -186,7 +196,10 @@ class Engine:
     def _step(self, result: EngineRun) -> None:
         """One fused decode step over the row range; finished requests are evicted after."""
         lo, hi = self._rows()
-        logits = self.model.decode(self.slot_token[lo:hi], self.slot_pos[lo:hi], lo, self.cache)
+        tokens = torch.tensor(self.slot_token[lo:hi], dtype=torch.long, device=self.device)
+        positions = torch.tensor(self.slot_pos[lo:hi], dtype=torch.long, device=self.device)
+        span = max(self.slot_pos[s] for s in self.live) + 1  # rows beyond it are finished
+        logits = self.model.decode(tokens, positions, lo, self.cache, span)
         result.steps += 1
         result.rows += hi - lo
         result.wasted_rows += hi - lo - len(self.live)

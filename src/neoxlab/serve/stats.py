@@ -74,6 +74,7 @@ COLUMNS = (
     ("tpot_mean_s", "tpot ms", "{:.2f}"), ("avg_to_single", "avg/1", "{:.2f}"),
     ("fused_steps", "steps", "{}"), ("wasted_rows", "wasted", "{}"),
     ("peak_rss_mib", "rss MiB", "{:.0f}"), ("outputs_match", "same", "{}"),
+    ("requests_same", "same n", "{}"),
 )
 
 

@@ -5,7 +5,7 @@ rule and the fix. `validate_serve` returns them (layout.validate collects every 
 from __future__ import annotations
 
 from neoxlab.config import Config, ConfigError
-from neoxlab.serve.policies import ENGINES
+from neoxlab.serve.policies import ENGINES, HF_ENGINES
 from neoxlab.serve.run_weights import validate_run_weights
 
 ARRIVALS = ("poisson", "constant")
@@ -71,8 +71,9 @@ def validate_serve(cfg: Config) -> list[str]:
         errors.append(
             f"serve runs one model replica over tp={p.tp} ranks, but the world has {world} "
             f"(cluster.nodes x ranks_per_node); set cluster.ranks_per_node={p.tp} (nodes=1)")
-    if "hf_cb" in s.engines and p.tp > 1:
-        errors.append(f"engine hf_cb runs in one process, but parallel.tp={p.tp}; drop hf_cb "
+    hf = [e for e in s.engines if e in HF_ENGINES]
+    if hf and p.tp > 1:
+        errors.append(f"engines {hf} run in one process, but parallel.tp={p.tp}; drop them "
                       "from serve.engines or use tp=1")
     if not (s.weights == "random" or s.weights.startswith(("hf:", "run:"))):
         errors.append(f"serve.weights='{s.weights}' is not 'random', 'hf:<GPT-NeoX dir>' or "
