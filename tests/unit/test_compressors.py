@@ -458,5 +458,4 @@ def test_cuda_round_trip_stays_on_device(spec: str) -> None:
     y = c.decode(buf)
     assert y.device == x.device
     check_bound(spec, x.cpu(), y.cpu())
-    if spec.startswith("zfp"):
-        assert c.stats.staged_to_host == 2
+    assert c.stats.staged_to_host == 0  # every default codec runs on the device

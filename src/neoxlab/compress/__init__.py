@@ -5,8 +5,14 @@
     buf = c.encode(x)                      # 1-D uint8, self-describing, same device as x
     y = c.decode(buf)                      # x's dtype and shape
 
+    # fixed-size wire API (no header, no host sync) for fixed-rate codecs:
+    n = c.fixed_nbytes(x.numel(), x.dtype)  # None for mpc, topk
+    payload = c.encode_fixed(x)            # exactly n bytes; NaN/Inf marked inside
+    y = c.decode_fixed(payload, x.numel(), x.dtype)  # flat; out= decodes in place
+
 Families: none/fp16/bf16 (casts), int8/int4 (blockwise quantization), topk, zfp (ZFP
-library via zfpy, host-staged), mpc (lossless). See base.py for the wire format.
+fixed rate in torch, bit-identical to zfpy; ``zfp:impl=zfpy`` runs the ZFP library),
+mpc (lossless). See base.py for the wire format.
 """
 
 from neoxlab.compress import casts, mpc, quant, topk, zfp  # noqa: F401  (registration)

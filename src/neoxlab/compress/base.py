@@ -189,6 +189,25 @@ def raw_bytes(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(-1).view(torch.uint8)
 
 
+def _payload_buffer(out: torch.Tensor | None, nbytes: int, device: torch.device,
+                    what: str) -> torch.Tensor:
+    """A caller's 1-D uint8 buffer of exactly nbytes on device, or a new one."""
+    if out is None:
+        return torch.empty(nbytes, dtype=torch.uint8, device=device)
+    if out.dtype != torch.uint8 or out.dim() != 1 or out.numel() != nbytes \
+            or out.device != device or not out.is_contiguous():
+        raise ValueError(f"{what}= must be a contiguous 1-D uint8 tensor of {nbytes} bytes on "
+                         f"{device}; got {out.dtype} {list(out.shape)} on {out.device}")
+    return out
+
+
+def dtype_view(buf: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
+    """A uint8 slice viewed as dtype, or None when its offset is misaligned for dtype."""
+    if buf.storage_offset() % dtype.itemsize or buf.numel() % dtype.itemsize:
+        return None
+    return buf.view(dtype)
+
+
 def finite_absmax(x: torch.Tensor) -> float | None:
     """max|x| in one pass without temporaries, or None if x holds NaN or Inf."""
     lo, hi = torch.stack(torch.aminmax(x)).float().tolist()  # one device sync
@@ -250,7 +269,84 @@ class Compressor(ABC):
 
     def _fixed_body_nbytes(self, numel: int, dtype: torch.dtype) -> int | None:
         """Exact body size when it does not depend on the data (lets encode skip work)."""
+        return self.fixed_nbytes(numel, dtype) if dtype in self.dtypes else None
+
+    # -- fixed-size wire API (no header; the receiver knows numel, dtype, parameters) ---
+    def fixed_nbytes(self, numel: int, dtype: torch.dtype) -> int | None:
+        """Exact payload bytes of ``encode_fixed`` for fixed-rate codecs (zfp, int8/int4,
+        fp16/bf16, none); None for data-dependent ones (mpc, topk). Dtypes the codec does
+        not compress travel raw (numel * itemsize), so a receiver never needs a header."""
         return None
+
+    def _fixed_is_raw(self, dtype: torch.dtype) -> bool:
+        return dtype not in self.dtypes
+
+    def _check_fixed(self, numel: int, dtype: torch.dtype) -> int:
+        n = self.fixed_nbytes(numel, dtype)
+        if n is None:
+            raise CompressionConfigError(
+                f"{self.describe()} has data-dependent sizes: fixed_nbytes is None, so "
+                "encode_fixed/decode_fixed do not apply; use encode/decode (self-describing) "
+                "or a fixed-rate codec (zfp, int8, int4, fp16, bf16, none)")
+        return n
+
+    def encode_fixed(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """1-D uint8 payload of exactly ``fixed_nbytes(x.numel(), x.dtype)`` bytes on
+        x.device, without a header and without any host synchronisation. NaN/Inf are marked
+        inside the payload (the affected values or blocks decode non-finite), never silently
+        turned into finite numbers. ``out`` (1-D uint8 of that size) avoids an allocation."""
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{self.name}.encode_fixed expects a torch.Tensor, "
+                            f"got {type(x).__name__}")
+        nbytes = self._check_fixed(x.numel(), x.dtype)
+        out = _payload_buffer(out, nbytes, x.device, "out")
+        flat = x.detach().contiguous().reshape(-1)
+        self.stats.calls += 1
+        self.stats.bytes_in += flat.numel() * flat.element_size()
+        self.stats.bytes_out += nbytes
+        if flat.numel():
+            if self._fixed_is_raw(x.dtype):
+                out.copy_(raw_bytes(flat))
+            else:
+                self._encode_fixed(flat, out)
+        return out
+
+    def decode_fixed(self, payload: torch.Tensor, numel: int, dtype: torch.dtype,
+                     out: torch.Tensor | None = None) -> torch.Tensor:
+        """Flat tensor (numel, dtype) on payload.device from an ``encode_fixed`` payload;
+        ``out`` (contiguous, numel elements of dtype) lets a caller decode into its own
+        buffer. Payload bytes past ``fixed_nbytes`` are ignored."""
+        nbytes = self._check_fixed(numel, dtype)
+        if (not isinstance(payload, torch.Tensor) or payload.dtype != torch.uint8
+                or payload.dim() != 1 or payload.numel() < nbytes):
+            raise WireFormatError(
+                f"{self.describe()}.decode_fixed needs a 1-D uint8 payload of at least "
+                f"{nbytes} bytes for {numel} {dtype} values; got "
+                f"{getattr(payload, 'dtype', type(payload).__name__)} "
+                f"{list(getattr(payload, 'shape', []))}")
+        if out is None:
+            out = torch.empty(numel, dtype=dtype, device=payload.device)
+        elif (out.dtype != dtype or out.numel() != numel or not out.is_contiguous()
+              or out.device != payload.device):
+            raise ValueError(f"decode_fixed out= must be a contiguous {dtype} tensor of "
+                             f"{numel} elements on {payload.device}; got {out.dtype} "
+                             f"{list(out.shape)} on {out.device}")
+        self.stats.decodes += 1
+        if numel:
+            flat = out.view(-1)
+            if self._fixed_is_raw(dtype):
+                raw_bytes(flat).copy_(payload[:nbytes])
+            else:
+                self._decode_fixed(payload[:nbytes], flat)
+        return out
+
+    def _encode_fixed(self, flat: torch.Tensor, out: torch.Tensor) -> None:
+        """Write the payload of a non-empty flat tensor of a dtype in ``dtypes`` to out."""
+        raise NotImplementedError(f"{self.name} has no fixed-size payload")
+
+    def _decode_fixed(self, payload: torch.Tensor, out: torch.Tensor) -> None:
+        """Fill the flat, contiguous, non-empty out from exactly fixed_nbytes bytes."""
+        raise NotImplementedError(f"{self.name} has no fixed-size payload")
 
     def _header_param(self, numel: int) -> int:
         return 0
@@ -268,7 +364,7 @@ class Compressor(ABC):
         buf = None
         if x.dtype in self.dtypes and x.numel() > 0:
             fixed = self._fixed_body_nbytes(x.numel(), x.dtype)
-            if fixed is None or fixed < raw_n:
+            if fixed is None or fixed < raw_n or not self.gain_required:
                 hdr.param = self._header_param(x.numel())
                 buf = self._encode(flat, hdr)
                 no_gain = buf is not None and buf.numel() - hdr.nbytes >= raw_n

@@ -12,6 +12,7 @@ from neoxlab.compress.base import (
     FLOAT_DTYPES,
     Compressor,
     Header,
+    dtype_view,
     finite_absmax,
     raw_bytes,
     view_as,
@@ -30,6 +31,12 @@ class Identity(Compressor):
     gain_required = False
     dtypes = (*FLOAT_DTYPES, torch.float64)
 
+    def fixed_nbytes(self, numel: int, dtype: torch.dtype) -> int:
+        return numel * dtype.itemsize
+
+    def _fixed_is_raw(self, dtype: torch.dtype) -> bool:
+        return True
+
     def _encode(self, flat: torch.Tensor, hdr: Header) -> torch.Tensor:
         return hdr.join(raw_bytes(flat))
 
@@ -47,17 +54,30 @@ class _Cast(Compressor):
 
     target: torch.dtype
 
-    def _fixed_body_nbytes(self, numel: int, dtype: torch.dtype) -> int:
-        return numel * self.target.itemsize
+    def fixed_nbytes(self, numel: int, dtype: torch.dtype) -> int:
+        """Fixed payload: the values in the target type (other dtypes raw). NaN/Inf stay
+        NaN/Inf, and a value beyond the target's range becomes +-Inf (never finite)."""
+        return numel * (self.target if dtype in self.dtypes else dtype).itemsize
+
+    def _encode_fixed(self, flat: torch.Tensor, out: torch.Tensor) -> None:
+        narrow = dtype_view(out, self.target)
+        if narrow is None:
+            out.copy_(flat.to(self.target).view(torch.uint8))
+        else:
+            narrow.copy_(flat)
+
+    def _decode_fixed(self, payload: torch.Tensor, out: torch.Tensor) -> None:
+        out.copy_(view_as(payload, self.target))
 
     def _encode(self, flat: torch.Tensor, hdr: Header) -> torch.Tensor | None:
         buf, body = hdr.alloc(flat.numel() * self.target.itemsize, flat.device)
-        narrow = body.view(self.target)
-        narrow.copy_(flat)
-        return buf if finite_absmax(narrow) is not None else None
+        self._encode_fixed(flat, body)
+        return buf if finite_absmax(body.view(self.target)) is not None else None
 
     def _decode(self, body: torch.Tensor, hdr: Header) -> torch.Tensor:
-        return view_as(body, self.target).to(hdr.dtype, copy=True)
+        out = torch.empty(hdr.numel, dtype=hdr.dtype, device=body.device)
+        self._decode_fixed(body, out)
+        return out
 
 
 @register("fp16", cid=2)

@@ -19,6 +19,7 @@ from neoxlab.compress.base import (
     Header,
     WireFormatError,
     check_int,
+    dtype_view,
     view_as,
 )
 from neoxlab.compress.registry import register
@@ -60,27 +61,31 @@ class _Blockwise(Compressor):
     def _code_nbytes(self, numel: int) -> int:
         return numel if self.bits == 8 else (numel + 1) // 2
 
-    def _fixed_body_nbytes(self, numel: int, dtype: torch.dtype) -> int:
+    def fixed_nbytes(self, numel: int, dtype: torch.dtype) -> int:
+        if dtype not in self.dtypes:
+            return numel * dtype.itemsize
         nblocks = -(-numel // self.block)
         return 4 * nblocks + self._code_nbytes(numel)
 
     # -- encode ------------------------------------------------------------------------
-    def _encode(self, flat: torch.Tensor, hdr: Header) -> torch.Tensor | None:
+    def _encode_fixed(self, flat: torch.Tensor, out: torch.Tensor) -> None:
+        """Scales then codes, no host sync. A block holding NaN/Inf gets a NaN/Inf scale,
+        so the whole block decodes non-finite (its codes are then meaningless)."""
         n, blk, dev = flat.numel(), self.block, flat.device
         nblocks = -(-n // blk)
-        buf, body = hdr.alloc(self._fixed_body_nbytes(n, flat.dtype), dev)
-        scales = body[: 4 * nblocks].view(torch.float32)
-        codes = body[4 * nblocks:]
+        scales = dtype_view(out[: 4 * nblocks], torch.float32)
+        staged = scales is None
+        if staged:
+            scales = torch.empty(nblocks, dtype=torch.float32, device=dev)
+        codes = out[4 * nblocks:]
         step = max(blk, _SLICE // blk * blk)  # whole blocks per slice
         q = torch.empty(min(step, n), dtype=torch.float32, device=dev)
         q8 = torch.empty(min(step, n) + 1, dtype=torch.int8, device=dev) if self.bits == 4 else None
-        peaks = []
         for start in range(0, n, step):
             part = flat[start: start + step].float()
             m, b0 = part.numel(), start // blk
             qs = torch.abs(part, out=q[:m])
             amax = torch.cat([r.amax(1) for r in _rows(qs, blk)])  # NaN/Inf propagate
-            peaks.append(amax.max())
             torch.div(amax, self.qmax, out=scales[b0: b0 + amax.numel()])
             # all-zero blocks, and blocks so tiny that qmax / amax overflows, code as zeros
             inv = torch.nan_to_num(self.qmax / amax, nan=0.0, posinf=0.0)
@@ -88,12 +93,20 @@ class _Blockwise(Compressor):
             for rows, src in zip(_rows(qs, blk), _rows(part, blk), strict=True):
                 torch.mul(src, inv[lo: lo + rows.shape[0], None], out=rows)
                 lo += rows.shape[0]
-            qs.round_()
+            qs.round_().nan_to_num_(nan=0.0)  # inf * 0 in a non-finite block
             if q8 is None:
                 codes[start: start + m].view(torch.int8).copy_(qs)
             else:
                 _pack_int4(qs, q8, codes[start // 2: start // 2 + (m + 1) // 2])
-        if not bool(torch.isfinite(torch.stack(peaks).max())):
+        if staged:
+            out[: 4 * nblocks].copy_(scales.view(torch.uint8))
+
+    def _encode(self, flat: torch.Tensor, hdr: Header) -> torch.Tensor | None:
+        nbytes = self.fixed_nbytes(flat.numel(), flat.dtype)
+        buf, body = hdr.alloc(nbytes, flat.device)
+        self._encode_fixed(flat, body)
+        nblocks = -(-flat.numel() // self.block)
+        if not bool(torch.isfinite(body[: 4 * nblocks].view(torch.float32)).all()):
             return None  # NaN/Inf: the caller sends the message raw
         return buf
 
@@ -106,25 +119,35 @@ class _Blockwise(Compressor):
         if body.numel() != 4 * nblocks + self._code_nbytes(n):
             raise WireFormatError(f"{self.name} body of {body.numel()} bytes does not match "
                                   f"{n} values in blocks of {blk}")
-        scales = view_as(body[: 4 * nblocks], torch.float32)
-        codes = body[4 * nblocks:]
         out = torch.empty(n, dtype=hdr.dtype, device=body.device)
-        step = max(blk, _SLICE // blk * blk)
-        for start in range(0, n, step):
-            m = min(step, n - start)
-            if self.bits == 4:
-                q = _unpack_int4(codes[start // 2: start // 2 + (m + 1) // 2], m)
-            elif hdr.dtype == torch.float32:
-                q = out[start: start + m].copy_(codes[start: start + m].view(torch.int8))
-            else:
-                q = codes[start: start + m].view(torch.int8).float()
-            lo = start // blk
-            for rows in _rows(q, blk):
-                rows.mul_(scales[lo: lo + rows.shape[0], None])
-                lo += rows.shape[0]
-            if q.data_ptr() != out[start:].data_ptr():
-                out[start: start + m].copy_(q)
+        _decode_blocks(body, out, blk, self.bits)
         return out
+
+    def _decode_fixed(self, payload: torch.Tensor, out: torch.Tensor) -> None:
+        _decode_blocks(payload, out, self.block, self.bits)
+
+
+def _decode_blocks(body: torch.Tensor, out: torch.Tensor, blk: int, bits: int) -> None:
+    """Scales times codes into the flat out (any float dtype), slice by slice."""
+    n = out.numel()
+    nblocks = -(-n // blk)
+    scales = view_as(body[: 4 * nblocks], torch.float32)
+    codes = body[4 * nblocks:]
+    step = max(blk, _SLICE // blk * blk)
+    for start in range(0, n, step):
+        m = min(step, n - start)
+        if bits == 4:
+            q = _unpack_int4(codes[start // 2: start // 2 + (m + 1) // 2], m)
+        elif out.dtype == torch.float32:
+            q = out[start: start + m].copy_(codes[start: start + m].view(torch.int8))
+        else:
+            q = codes[start: start + m].view(torch.int8).float()
+        lo = start // blk
+        for rows in _rows(q, blk):
+            rows.mul_(scales[lo: lo + rows.shape[0], None])
+            lo += rows.shape[0]
+        if q.data_ptr() != out[start:].data_ptr():
+            out[start: start + m].copy_(q)
 
 
 def _rows(v: torch.Tensor, blk: int) -> list[torch.Tensor]:
