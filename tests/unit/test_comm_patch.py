@@ -88,3 +88,36 @@ def test_a_loss_scale_change_rescales_the_residuals():
     patch.begin_step()  # a step boundary without a scale (fp32/bf16): untouched
     assert torch.equal(residual, before * 0.5)
     assert patch._residual(policy, torch.zeros(1000, dtype=torch.float16)) is residual
+
+
+def test_every_deepspeed_optimizer_step_advances_the_patch(monkeypatch):
+    """engine=neox never calls begin_step itself: the patch hooks DeepSpeed's optimizer
+    step, which every engine (neoxlab's pipeline, GPT-NeoX's) ends a training step with."""
+    from deepspeed.runtime.engine import DeepSpeedEngine
+
+    steps = []
+    monkeypatch.setattr(DeepSpeedEngine, "_take_model_step",
+                        lambda engine, lr_kwargs=None: steps.append(engine.scale))
+
+    class FakeEngine:  # the two things the hook reads from a DeepSpeed engine
+        scale = 1024.0
+
+        def fp16_enabled(self):
+            return True
+
+        def _get_optimizer_loss_scale(self):
+            return self.scale
+
+    policy = DimPolicy(make_compressor("zfp:rate=8"), 0, True)
+    patch = CompressionPatch({"dp": policy}, Classifier(Grid(tp=1, pp=1, dp=2))).install()
+    try:
+        engine = FakeEngine()
+        residual = patch._residual(policy, torch.ones(64, dtype=torch.float16)).fill_(1.0)
+        DeepSpeedEngine._take_model_step(engine, None)
+        assert patch._bucket == 0  # the next step numbers its buckets from the start
+        engine.scale = 256.0  # an overflow step lowered the scale twice
+        DeepSpeedEngine._take_model_step(engine, None)
+        assert steps == [1024.0, 256.0]
+        assert torch.equal(residual, torch.full((64,), 0.25, dtype=torch.float16))
+    finally:
+        patch.uninstall()
