@@ -130,11 +130,9 @@ def gather(raw, payload: torch.Tensor, codec: ChunkCodec, group, n: int,
 
 
 def encode_chunks(codec: ChunkCodec, count: int, load: Callable[[int], torch.Tensor],
-                  cost: Cost, sent: Callable[[int, torch.Tensor, torch.Tensor], None] | None
-                  = None) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+                  cost: Cost) -> tuple[list[torch.Tensor], torch.Tensor | None]:
     """Payloads of `count` equal-length chunks, loaded one at a time (so at most one chunk
-    of scratch lives at once): slots of one buffer when fixed, else a list. `sent(i, chunk,
-    payload)` runs after each encode (error feedback)."""
+    of scratch lives at once): slots of one buffer when fixed, else a list."""
     send = None
     payloads: list[torch.Tensor] = []
     for i in range(count):
@@ -147,8 +145,6 @@ def encode_chunks(codec: ChunkCodec, count: int, load: Callable[[int], torch.Ten
                     send = torch.empty(count * codec.fixed, dtype=U8, device=x.device)
                 payloads.append(codec.encode(x, out=send[i * codec.fixed:
                                                          (i + 1) * codec.fixed]))
-        if sent is not None:
-            sent(i, x, payloads[-1])
     return payloads, send
 
 
@@ -190,24 +186,25 @@ class Chunks:
             self.flat[lo:hi] = decode(scratch)[: hi - lo]
 
 
-def update_residual(chunks: Chunks, i: int, sent: torch.Tensor, decoded: torch.Tensor) -> None:
-    """residual = what was meant minus what the payload carries; kept as it was when the
-    chunk holds NaN/Inf (an fp16 overflow step, which the loss scaler skips)."""
-    lo, hi = chunks.bounds(i)
-    if hi == lo:
-        return
-    error = (sent - decoded)[: hi - lo]
-    finite = torch.isfinite(sent).all()  # a device scalar: no host sync
-    old = chunks.residual[lo:hi]
-    old.copy_(torch.where(finite, error, old))
-
-
-def _feedback(chunks: Chunks, codec: ChunkCodec, scratch: torch.Tensor, cost: Cost):
-    def sent(i: int, x: torch.Tensor, payload: torch.Tensor) -> None:
-        with Timed(cost, "decompress_s", x.device):
-            update_residual(chunks, i, x, codec.decode(payload, scratch))
-
-    return sent
+def settle_residual(chunks: Chunks, codec: ChunkCodec, sent: list[torch.Tensor],
+                    results: list[torch.Tensor], scratch: torch.Tensor, cost: Cost) -> None:
+    """Error feedback once the sums are known: residual_i = (x_i + residual_i) minus what
+    payload i carried, unless any result holds NaN/Inf. An fp16 overflow on any rank reaches
+    every rank's result (payloads mark non-finite values), the loss scaler skips that step,
+    and so the residual stays as it was, finite. The check is a device scalar: no sync."""
+    device = scratch.device
+    with Timed(cost, "decompress_s", device):
+        finite = torch.ones((), dtype=torch.bool, device=device)
+        for payload in results:
+            finite &= torch.isfinite(codec.decode(payload, scratch)).all()
+        for i, payload in enumerate(sent):
+            lo, hi = chunks.bounds(i)
+            if hi == lo:
+                continue
+            meant = chunks.load(i)  # a fresh buffer: x_i + residual_i
+            meant -= codec.decode(payload, scratch)
+            old = chunks.residual[lo:hi]
+            old.copy_(torch.where(finite, meant[: hi - lo], old))
 
 
 # ---- all-reduce ---------------------------------------------------------------------------
@@ -236,11 +233,10 @@ def _reduce_alltoall(raw, c: Compressor, flat: torch.Tensor, res: torch.Tensor |
     codec = ChunkCodec(c, chunks.length, flat.dtype)
     device, dtype = flat.device, flat.dtype
     scratch = torch.empty(chunks.length, dtype=dtype, device=device)
-    payloads, send = encode_chunks(codec, n, chunks.load, cost,
-                                   _feedback(chunks, codec, scratch, cost) if res is not None
-                                   else None)
+    payloads, send = encode_chunks(codec, n, chunks.load, cost)
     received = exchange(raw, payloads, send, codec, group, cost)
-    del payloads, send
+    if res is None:
+        del payloads, send
     phase1 = cost.bytes_out
     total = torch.zeros(chunks.length, dtype=torch.float32, device=device)
     with Timed(cost, "decompress_s", device):
@@ -258,6 +254,9 @@ def _reduce_alltoall(raw, c: Compressor, flat: torch.Tensor, res: torch.Tensor |
     # reported as the per-message average of the two phases
     cost.bytes_out = phase1 + (cost.bytes_out - phase1) * n
     cost.bytes_out //= 2
+    if res is not None:
+        settle_residual(chunks, codec, payloads, gathered, scratch, cost)
+        del payloads, send
     with Timed(cost, "decompress_s", device):
         for i, payload in enumerate(gathered):
             chunks.store(i, lambda out, p=payload: codec.decode(p, out), scratch)
@@ -269,10 +268,10 @@ def _reduce_allgather(raw, c: Compressor, flat: torch.Tensor, res: torch.Tensor 
     whole = Chunks(flat, 1, res)
     codec = ChunkCodec(c, flat.numel(), dtype)
     scratch = torch.empty_like(flat)
-    payloads, send = encode_chunks(codec, 1, whole.load, cost,
-                                   _feedback(whole, codec, scratch, cost) if res is not None
-                                   else None)
+    payloads, send = encode_chunks(codec, 1, whole.load, cost)
     gathered = gather(raw, payloads[0], codec, group, n, cost)
+    if res is not None:
+        settle_residual(whole, codec, payloads, gathered, scratch, cost)
     del payloads, send
     # two terms sum exactly in their own precision; more need an fp32 accumulator
     total = flat if n <= 2 or dtype == torch.float32 else torch.empty(
