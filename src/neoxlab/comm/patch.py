@@ -76,11 +76,13 @@ class CompressionPatch:
 
     def state_dict(self) -> dict:
         """What a checkpoint must keep for training to continue bit for bit."""
-        return {"residuals": {key: r.detach().cpu().clone() for key, r in self.residuals.items()}}
+        return {"residuals": {key: r.detach().cpu().clone() for key, r in self.residuals.items()},
+                "loss_scale": self._loss_scale}
 
     def load_state_dict(self, state: dict) -> None:
         """Residuals come back on the CPU; each moves to its bucket's device at first use."""
         self.residuals = {tuple(key): r for key, r in state["residuals"].items()}
+        self._loss_scale = state.get("loss_scale")  # the scale the residuals carry
         self._bucket = 0
 
     # ---- installation -------------------------------------------------------------------
@@ -160,7 +162,7 @@ class CompressionPatch:
         nbytes = tensor.numel() * tensor.element_size() if tensor is not None else 0
         compress = (
             policy is not None and policy.active and name in COMPRESSIBLE
-            and tensor.dtype in FLOATS and nbytes >= policy.min_bytes
+            and tensor is not None and tensor.dtype in FLOATS and nbytes >= policy.min_bytes
             and group_size > 1 and _sum_op(name, a)
         )
         via_ds = _state.via_deepspeed > 0
