@@ -308,6 +308,6 @@ def _group_ranks(group) -> frozenset[int]:
 
 def _sum_op(name: str, a: dict) -> bool:
     """Only sums are compressed; MAX/MIN/PRODUCT reductions must stay exact."""
-    if name not in ("all_reduce", "reduce_scatter_tensor"):
+    if name not in ("all_reduce", "reduce_scatter_tensor", "reduce"):
         return True
     return a.get("op", dist.ReduceOp.SUM) == dist.ReduceOp.SUM
