@@ -51,12 +51,19 @@ class Tolerance:
 
             x = self.ctx.patterns.data(count, seed, it)[start:None if length is None
                                                           else start + length]
-            comp = self.ctx.compressor
             t = torch.from_numpy(x.copy()).to(self.ctx.kind.dev)  # same device as the run
-            y = comp.decode(comp.encode(t)).cpu().numpy().reshape(-1)
+            y = self.roundtrip(t)
             err = float(np.abs(y.astype(np.float64) - x).max()) if x.size else 0.0
             self.cache[key] = (err, float(np.abs(x).max()) if x.size else 0.0)
         return self.cache[key]
+
+    def roundtrip(self, t: Any) -> np.ndarray:
+        """decode(encode(t)) as the collectives send it: a fixed-size payload where the
+        codec has one (it never falls back to raw bytes), else a self-describing buffer."""
+        from neoxlab.comm.payload import ChunkCodec
+
+        codec = ChunkCodec(self.ctx.compressor, t.numel(), t.dtype)
+        return codec.decode(codec.encode(t), t.clone()).cpu().numpy().reshape(-1)
 
     def total_error(self, count: int, n: int, it: int) -> float:
         """Round-trip error of the exact sum over n ranks (the re-encoded sum's error)."""
@@ -66,8 +73,7 @@ class Tolerance:
 
             x = self.ctx.patterns.total(count, list(range(n)), it)
             t = torch.from_numpy(np.ascontiguousarray(x).astype(self.ctx.dt.numpy))
-            comp = self.ctx.compressor
-            y = comp.decode(comp.encode(t.to(self.ctx.kind.dev))).cpu().numpy().reshape(-1)
+            y = self.roundtrip(t.to(self.ctx.kind.dev))
             self.cache[key] = float(np.abs(y.astype(np.float64) - x).max()) if x.size else 0.0
         return self.cache[key]
 
