@@ -181,6 +181,11 @@ def main(out: Path) -> None:
         lambda: cc.all_reduce(raw, fp16, big, None, n, algorithm="alltoall"))
     checks["peak_extra_over_message"] = peak / (big.numel() * 4)
     checks["peak_extra_within_estimate"] = peak <= scratch_bytes(big.numel() * 4)
+    mid = big[: 16 << 20]  # 64 MiB through the all-gather algorithm (small groups' choice)
+    dist.barrier()
+    _, peak = memprobe.peak_extra_bytes(
+        lambda: cc.all_reduce(raw, fp16, mid, None, n, algorithm="allgather"))
+    checks["peak_extra_over_message_allgather"] = peak / (mid.numel() * 4)
     (out / f"rank{me}.json").write_text(json.dumps(checks))
     dist.barrier()
 

@@ -10,8 +10,8 @@ the patch, writes its result in place and returns the cost for accounting. Desig
 - all-reduce ("allgather", small groups): one all-gather of whole payloads, local sum.
 - all-gather: one compressed all_gather_into_tensor; broadcast: one payload, decoded by the
   source too (replicas stay identical); send/recv: one payload per message.
-- Large messages go in segments of at most `segment_bytes`, so the extra memory of a
-  compressed collective stays bounded (two payloads of one segment plus chunk scratch).
+- Messages go in segments (a quarter of the message, 1-64 MiB: neoxlab.comm.memory), so
+  the extra memory of a compressed all-reduce is a bounded fraction of the message.
 - Fixed-size payloads (neoxlab.comm.payload) need no size exchange; variable ones exchange
   sizes in tensors on the payload's device (an NCCL group serves CUDA tensors only).
 - No torch.cuda.synchronize(): CUDA work is timed with events, resolved at report time.
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from neoxlab.comm.memory import SEGMENT_BYTES
+from neoxlab.comm.memory import SEGMENT_BYTES, segment_bytes_for
 from neoxlab.comm.payload import ChunkCodec
 from neoxlab.compress import Compressor
 
@@ -216,7 +216,8 @@ def all_reduce(raw, c: Compressor, x: torch.Tensor, group, n: int,
     work = x if x.is_contiguous() else x.contiguous()
     flat = work.view(-1)
     res = residual.view(-1) if residual is not None else None
-    step = max(n, segment_bytes // x.element_size())
+    step = max(n, segment_bytes_for(x.numel() * x.element_size(), segment_bytes)
+               // x.element_size())
     step -= step % n
     segment = _reduce_alltoall if algorithm == "alltoall" else _reduce_allgather
     for lo in range(0, flat.numel(), step):
