@@ -16,7 +16,9 @@ a row and its baselines see the same machine load:
 Codecs that send the gradients raw (mpc: gradients are incompressible for it) get a second
 row timed on a smooth field ("[smooth]"). Ratio "t" is on the timed tensor; ratios and
 relative errors ||x - x'|| / ||x|| "g"/"a" are on the captured gradients / activations.
-Goals: casts >= 0.5x memcpy, int8/int4 >= 0.2x, mpc >= 0.05x, for encode and decode.
+Goals: casts >= 0.5x memcpy, int8/int4 >= 0.2x, mpc >= 0.05x, for encode and decode;
+our torch ZFP (``zfp``) >= 1x the ZFP library (``zfp:impl=zfpy``) at the same rate, in a
+closing "zfp torch / zfpy" line. ``--threads 0`` uses every core (zfpy itself is serial).
 
 Large allocations use transparent huge pages (THP_MEM_ALLOC_ENABLE=1, set before torch is
 imported; --no-thp turns it off): otherwise each 64 MiB allocation costs ~16k page faults
@@ -40,8 +42,8 @@ import torch  # noqa: E402
 
 from neoxlab.compress import make_compressor  # noqa: E402
 
-SPECS = ["none", "fp16", "bf16", "int8", "int4", "mpc", "zfp:rate=8", "zfp:rate=16",
-         "topk:ratio=0.01"]
+SPECS = ["none", "fp16", "bf16", "int8", "int4", "mpc", "zfp:rate=8", "zfp:rate=8,impl=zfpy",
+         "zfp:rate=16", "zfp:rate=16,impl=zfpy", "topk:ratio=0.01"]
 GOALS = {"fp16": 0.5, "bf16": 0.5, "int8": 0.2, "int4": 0.2, "mpc": 0.05}
 
 
@@ -99,14 +101,14 @@ def verdict(name: str, enc: float, dec: float, enc_cp: float, dec_cp: float) -> 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mib", type=float, default=64.0, help="size of the timed fp32 tensor")
-    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (0: all)")
     ap.add_argument("--repeats", type=int, default=5, help="timed rounds (median reported)")
     ap.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                     help="wall: perf_counter; cpu: process time (less noisy on a shared box)")
     ap.add_argument("--specs", nargs="*", default=SPECS, help="compressor specs to run")
     ap.add_argument("--no-thp", action="store_true", help="no transparent huge pages")
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads or os.cpu_count() or 1)
     clock = time.perf_counter if args.clock == "wall" else time.process_time
 
     real = capture()
@@ -126,6 +128,7 @@ def main() -> int:
     print(head)
     print("-" * (len(head) + 24))
     short = 0
+    speeds: dict[str, tuple[float, float]] = {}
     for spec in args.specs:
         c = make_compressor(spec)
         ratios, errs = [], []
@@ -142,6 +145,7 @@ def main() -> int:
                 [src.clone, lambda d=dst, s=src: d.copy_(s), lambda c=c, s=src: c.encode(s),
                  lambda c=c, b=buf: c.decode(b)], args.repeats, clock)
             enc, dec = gb / t_enc, gb / t_dec
+            speeds[c.describe() + label] = (enc, dec)
             cl, cp = gb / t_cl, gb / t_cp
             v = verdict(c.name, enc / cl, dec / cl, enc / cp, dec / cp)
             short += "SHORT (" in v
@@ -149,6 +153,13 @@ def main() -> int:
                   f"{enc / cl:>7.3f}{dec / cl:>7.3f}{enc / cp:>7.3f}{dec / cp:>7.3f}"
                   f"{src.nbytes / buf.numel():>8.2f}{ratios[0]:>6.2f}{ratios[1]:>6.2f}"
                   f"{errs[0]:>10.2e}{errs[1]:>9.2e}  {v}")
+    for key, (enc, dec) in speeds.items():
+        if key.startswith("zfp(") and "impl" not in key:
+            lib = speeds.get(key[:-1] + ",impl=zfpy)")
+            if lib:
+                ok = "PASS" if min(enc / lib[0], dec / lib[1]) >= 1 else "SHORT"
+                print(f"# zfp torch / zfpy, {key}: encode {enc / lib[0]:.2f}x, decode "
+                      f"{dec / lib[1]:.2f}x  goal >=1x {ok}")
     print(f"# rows short of their goal against clone: {short}")
     return 0
 

@@ -82,3 +82,18 @@ def test_mpi_backend_is_refused_rather_than_run_uncompressed():
         resolve_layout(cfg)
     quiet = compose_experiment("local_baseline", ["compression.backend=mpi"])
     resolve_layout(quiet)  # nothing to compress: nothing runs under a false label
+
+
+def test_rate_that_cannot_shrink_half_precision_traffic_is_refused():
+    """A custom scheme with zfp rate 16 on bf16 activations would send every tp message raw:
+    refused, with the fix named. The paper's ZHybrid keeps its published rate 24 (sent raw,
+    skipped before encoding, counted)."""
+    custom = ["compression=custom", "train.precision=bf16", "compression.dims.tp.compressor=zfp",
+              "+compression.dims.tp.params.rate=16"]
+    with pytest.raises(ConfigError, match=r"dims.tp.*zfp\(rate=16\).*bf16.*rate < 16"):
+        resolve_layout(compose_experiment("local_naive", custom))
+    resolve_layout(compose_experiment("local_naive", [*custom[:-1], "+compression.dims.tp."
+                                                      "params.rate=8"]))
+    resolve_layout(compose_experiment("local_naive", custom[:1] + custom[2:]))  # fp32
+    resolve_layout(compose_experiment("local_naive", ["compression=zhybrid",
+                                                      "train.precision=bf16"]))

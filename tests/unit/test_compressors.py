@@ -459,3 +459,24 @@ def test_cuda_round_trip_stays_on_device(spec: str) -> None:
     assert y.device == x.device
     check_bound(spec, x.cpu(), y.cpu())
     assert c.stats.staged_to_host == 0  # every default codec runs on the device
+
+
+@pytest.mark.parametrize("dtype", [*FLOATS, torch.float64])
+def test_mpc_device_path_writes_the_same_bytes(dtype: torch.dtype, monkeypatch) -> None:
+    """The whole-message path used on GPUs (one sync per encode, none per decode) writes
+    and reads the host path's wire format exactly; run here on CPU tensors."""
+    from neoxlab.compress import mpc
+
+    n = SLICE_WORDS + 4001
+    x = (torch.sin(torch.linspace(0, 30, n, dtype=torch.float64)) * 100).to(dtype)
+    x[5] = math.nan
+    for spec in ("mpc", "mpc:dim=3"):
+        host = make_compressor(spec).encode(x)
+        monkeypatch.setattr(mpc, "FORCE_DEVICE_PATH", True)
+        c = make_compressor(spec)
+        dev = c.encode(x)
+        assert torch.equal(dev, host)
+        assert torch.equal(bits(c.decode(host)), bits(x))
+        noise = random_bits(dtype, 5000) if dtype != torch.float64 else torch.randn(5000)
+        assert torch.equal(bits(c.decode(c.encode(noise))), bits(noise))
+        monkeypatch.setattr(mpc, "FORCE_DEVICE_PATH", False)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from neoxlab.compress import CompressionConfigError, Compressor, available, make_compressor
 from neoxlab.config import CompressionConfig, Config
 
@@ -11,6 +13,7 @@ DIMS = ("dp", "zero", "tp", "pp")  # "other" (control traffic) is never compress
 BACKENDS = ("framework", "mpi")
 ALLREDUCE = ("auto", "alltoall", "allgather")
 MPI_ALGORITHMS = ("zfp", "mpc")
+_HALF = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 @dataclass
@@ -66,6 +69,17 @@ def validate_compression(cfg: Config) -> list[str]:
             errors.append(
                 f"{where}.compressor='{comp.describe()}' is lossy but {dim} is marked "
                 "lossless_only; use a lossless compressor (mpc, none) or drop lossless_only"
+            )
+        # the paper's named schemes keep their published rates (ZHybrid's rate 24 on fp16
+        # TP/PP is sent raw, skipped before encoding and counted); a custom one is refused
+        half = _HALF.get(cfg.train.precision)
+        if (c.scheme == "custom" and half is not None and dim in ("tp", "pp")
+                and comp.name != "none" and comp.shrinks(half) is False):
+            errors.append(
+                f"{where}.compressor='{comp.describe()}' cannot shrink {dim} traffic: with "
+                f"train.precision={cfg.train.precision} its activations are "
+                f"{cfg.train.precision} and would all be sent raw; use a smaller rate (zfp "
+                "rate < 16), int8/int4, mpc or none on this dimension"
             )
         if d.error_feedback and (dim != "dp" or comp.lossless):
             errors.append(

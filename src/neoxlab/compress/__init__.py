@@ -6,7 +6,7 @@
     y = c.decode(buf)                      # x's dtype and shape
 
     # fixed-size wire API (no header, no host sync) for fixed-rate codecs:
-    n = c.fixed_nbytes(x.numel(), x.dtype)  # None for mpc, topk
+    n = c.fixed_nbytes(x.numel(), x.dtype)  # None for mpc, topk; <= raw bytes
     payload = c.encode_fixed(x)            # exactly n bytes; NaN/Inf marked inside
     y = c.decode_fixed(payload, x.numel(), x.dtype)  # flat; out= decodes in place
 

@@ -23,6 +23,13 @@ The body length makes a message self-delimiting: ``decode`` accepts a buffer wit
 bytes (e.g. a slot of ``max_encoded_bytes`` filled by a padded all-gather), and
 ``encoded_nbytes(buf)`` tells the exact wire size from the header alone.
 
+Fixed-size payloads (``fixed_nbytes``/``encode_fixed``/``decode_fixed``): fixed-rate codecs
+(zfp, int8/int4, fp16/bf16, none) also write a bare payload whose size is a function of
+numel, dtype and the codec's parameters, so a collective can allocate receive buffers
+without a size exchange and decode without reading a header on the host. These calls
+never synchronise with the host; NaN/Inf are marked inside the payload instead of sending
+the message raw. Dtypes a codec does not compress travel raw in it.
+
 Codecs compress fp32, fp16 and bf16 (mpc and none also fp64); every other dtype passes
 through untouched. A body is never larger than the raw tensor: when compressing would not
 shrink the message (tiny tensors, incompressible data) or would change values it must not
@@ -269,17 +276,42 @@ class Compressor(ABC):
 
     def _fixed_body_nbytes(self, numel: int, dtype: torch.dtype) -> int | None:
         """Exact body size when it does not depend on the data (lets encode skip work)."""
-        return self.fixed_nbytes(numel, dtype) if dtype in self.dtypes else None
+        return self.coded_nbytes(numel, dtype) if dtype in self.dtypes else None
 
     # -- fixed-size wire API (no header; the receiver knows numel, dtype, parameters) ---
-    def fixed_nbytes(self, numel: int, dtype: torch.dtype) -> int | None:
-        """Exact payload bytes of ``encode_fixed`` for fixed-rate codecs (zfp, int8/int4,
-        fp16/bf16, none); None for data-dependent ones (mpc, topk). Dtypes the codec does
-        not compress travel raw (numel * itemsize), so a receiver never needs a header."""
+    def coded_nbytes(self, numel: int, dtype: torch.dtype) -> int | None:
+        """Bytes of this codec's own coding of numel values of a dtype in ``dtypes``
+        (fixed-rate codecs); None for data-dependent ones (mpc, topk)."""
         return None
 
-    def _fixed_is_raw(self, dtype: torch.dtype) -> bool:
-        return dtype not in self.dtypes
+    def fixed_nbytes(self, numel: int, dtype: torch.dtype) -> int | None:
+        """Exact payload bytes of ``encode_fixed`` for fixed-rate codecs (zfp, int8/int4,
+        fp16/bf16, none); None for data-dependent ones (mpc, topk). The payload is the
+        coded values when that is smaller than the raw bytes, else the raw bytes (dtypes
+        the codec does not compress, rates that cannot shrink a dtype such as zfp rate >=
+        16 on fp16, tiny tensors): a function of numel, dtype and the parameters, so a
+        receiver never needs a header, and never more than numel * itemsize."""
+        coded = self.coded_nbytes(numel, dtype)
+        if coded is None:
+            return None
+        raw = numel * dtype.itemsize
+        return coded if dtype in self.dtypes and coded < raw else raw
+
+    def shrinks(self, dtype: torch.dtype) -> bool | None:
+        """Whether this codec makes large messages of dtype smaller: False means every
+        such message is sent raw (e.g. zfp rate >= 16 or fp16 on fp16 data); None when it
+        depends on the data (mpc, topk)."""
+        if dtype not in self.dtypes:
+            return False
+        numel = 1 << 20
+        coded = self.coded_nbytes(numel, dtype)
+        return None if coded is None else coded < numel * dtype.itemsize
+
+    def _fixed_is_raw(self, numel: int, dtype: torch.dtype) -> bool:
+        if dtype not in self.dtypes:
+            return True
+        coded = self.coded_nbytes(numel, dtype)
+        return coded is not None and coded >= numel * dtype.itemsize
 
     def _check_fixed(self, numel: int, dtype: torch.dtype) -> int:
         n = self.fixed_nbytes(numel, dtype)
@@ -305,7 +337,8 @@ class Compressor(ABC):
         self.stats.bytes_in += flat.numel() * flat.element_size()
         self.stats.bytes_out += nbytes
         if flat.numel():
-            if self._fixed_is_raw(x.dtype):
+            if self._fixed_is_raw(flat.numel(), x.dtype):
+                self.stats.passthrough += x.dtype in self.dtypes and self.name != "none"
                 out.copy_(raw_bytes(flat))
             else:
                 self._encode_fixed(flat, out)
@@ -334,10 +367,10 @@ class Compressor(ABC):
         self.stats.decodes += 1
         if numel:
             flat = out.view(-1)
-            if self._fixed_is_raw(dtype):
+            if self._fixed_is_raw(numel, dtype):
                 raw_bytes(flat).copy_(payload[:nbytes])
             else:
-                self._decode_fixed(payload[:nbytes], flat)
+                self._decode_fixed(payload[:nbytes].contiguous(), flat)
         return out
 
     def _encode_fixed(self, flat: torch.Tensor, out: torch.Tensor) -> None:

@@ -31,11 +31,8 @@ class Identity(Compressor):
     gain_required = False
     dtypes = (*FLOAT_DTYPES, torch.float64)
 
-    def fixed_nbytes(self, numel: int, dtype: torch.dtype) -> int:
+    def coded_nbytes(self, numel: int, dtype: torch.dtype) -> int:
         return numel * dtype.itemsize
-
-    def _fixed_is_raw(self, dtype: torch.dtype) -> bool:
-        return True
 
     def _encode(self, flat: torch.Tensor, hdr: Header) -> torch.Tensor:
         return hdr.join(raw_bytes(flat))
@@ -54,10 +51,10 @@ class _Cast(Compressor):
 
     target: torch.dtype
 
-    def fixed_nbytes(self, numel: int, dtype: torch.dtype) -> int:
-        """Fixed payload: the values in the target type (other dtypes raw). NaN/Inf stay
-        NaN/Inf, and a value beyond the target's range becomes +-Inf (never finite)."""
-        return numel * (self.target if dtype in self.dtypes else dtype).itemsize
+    def coded_nbytes(self, numel: int, dtype: torch.dtype) -> int:
+        """Fixed payload: the values in the target type. NaN/Inf stay NaN/Inf, and a value
+        beyond the target's range becomes +-Inf (never finite)."""
+        return numel * self.target.itemsize
 
     def _encode_fixed(self, flat: torch.Tensor, out: torch.Tensor) -> None:
         narrow = dtype_view(out, self.target)

@@ -26,8 +26,14 @@ words. The tail chunk is zero-padded. Incompressible messages (body >= raw, e.g.
 bits or most gradients) pass through raw. Decode runs the steps backwards (the
 transposition is its own inverse; the delta is undone by a strided cumulative sum).
 
-Host tensors take the indices of non-zero words from NumPy (see _nonzero_1d); everything
-else is torch, so the same code runs on CUDA (one host sync per slice for its counts).
+Host tensors take the indices of non-zero words from NumPy (see _nonzero_1d), slice by
+slice. On a device, encode compacts the whole message at once: one host sync per message
+(the count of non-zero words, which sizes the output; a variable-size format cannot avoid
+it), where the host path syncs per slice and per mixed bit-plane row. Device decode has no
+host sync (word positions from a cumulative sum of the bitmap); it cannot then check that
+the bitmap and the body agree, which the host path does. A message's data must be on the
+device the codec runs on; NVIDIA's nvCOMP (PyPI nvidia-nvcomp-cu12) is the candidate
+lossless GPU codec where CUDA is present, not integrated here (no GPU to measure it on).
 """
 
 from __future__ import annotations
@@ -142,6 +148,8 @@ class Mpc(Compressor):
         n, dim, dev = w.numel(), self.dim, w.device
         npad, nbits = _sizes(n, width)
         budget = n * size - nbits  # the non-zero words must fit in less than this
+        if not _host_path(dev):
+            return _encode_on_device(w, dim, width, npad, nbits, budget, hdr)
         bitmap = torch.zeros(nbits, dtype=torch.uint8, device=dev)
         words = torch.empty(n, dtype=wdt, device=dev)  # non-zero words, compacted
         step = min(SLICE_WORDS, npad)
@@ -151,17 +159,13 @@ class Mpc(Compressor):
         for s in range(0, npad, step):
             m = min(step, npad - s)
             zs, nz = z[:m], nzb[:m]
-            zm = zs.view(width, m // width)
-            _delta_planes(w, s, m, dim, zm, t)
-            torch.bitwise_right_shift(zs, width - 1, out=t[:m])  # zigzag
-            zs.bitwise_left_shift_(1).bitwise_xor_(t[:m])
-            transpose_planes(zm, t)
+            _residual_planes(w, s, m, dim, zs, t)
             nz.copy_(zs)  # != 0; a converting copy is ~6x faster than torch.ne here
             counts = _row_counts(nz.view(width, -1))
             if (kept + sum(counts)) * size >= budget:
                 return None  # incompressible: the caller sends it raw
             bitmap[s // 8: (s + m) // 8].copy_(_pack_flags(nz))
-            kept = _gather_rows(zm, nz.view(width, -1), counts, words, kept)
+            kept = _gather_rows(zs.view(width, -1), nz.view(width, -1), counts, words, kept)
         return hdr.join(bitmap, words[:kept].view(torch.uint8))
 
     # -- decode ------------------------------------------------------------------------
@@ -181,28 +185,89 @@ class Mpc(Compressor):
         out = torch.empty(max(npad, -(-n // dim) * dim), dtype=wdt, device=dev)
         step = min(SLICE_WORDS, npad)
         z, t = (torch.empty(step, dtype=wdt, device=dev) for _ in range(2))
+        if not _host_path(dev):
+            zall = _scatter_on_device(bitmap, vals, npad)
         used = 0
         for s in range(0, npad, step):
             m = min(step, npad - s)
-            nz = _unpack_flags(bitmap[s // 8: (s + m) // 8]).view(width, -1)
-            counts = _row_counts(nz)
-            if used + sum(counts) > vals.numel():
-                raise WireFormatError("mpc bitmap marks more words than the body holds")
             zs = z[:m]
-            used = _scatter_rows(zs.view(width, -1), nz, counts, vals, used)
+            if _host_path(dev):
+                nz = _unpack_flags(bitmap[s // 8: (s + m) // 8]).view(width, -1)
+                counts = _row_counts(nz)
+                if used + sum(counts) > vals.numel():
+                    raise WireFormatError("mpc bitmap marks more words than the body holds")
+                used = _scatter_rows(zs.view(width, -1), nz, counts, vals, used)
+            else:
+                zs.copy_(zall[s: s + m])
             transpose_planes(zs.view(width, m // width), t)
             # un-zigzag: d = (z >>> 1) ^ -(z & 1)
             ts = t[:m]
             torch.bitwise_and(zs, 1, out=ts).neg_()
             zs.bitwise_right_shift_(1).bitwise_and_((1 << (width - 1)) - 1).bitwise_xor_(ts)
             out[s: s + m].view(m // width, width).copy_(zs.view(width, m // width).t())
-        if used != vals.numel():
+        if _host_path(dev) and used != vals.numel():
             raise WireFormatError("mpc body holds more words than its bitmap marks")
         # undo the delta: a cumulative sum over each of the dim interleaved streams
         m = -(-n // dim) * dim
         out[n:m].zero_()
         out[:m].view(-1, dim).cumsum_(0)
         return out[:n].view(hdr.dtype)
+
+
+# Host tensors compact row by row with NumPy (fastest on CPU, one sync per slice costs
+# nothing there); devices use the whole-message path below. Tests flip this to run the
+# device path on CPU.
+FORCE_DEVICE_PATH = False
+
+
+def _host_path(dev: torch.device) -> bool:
+    return dev.type == "cpu" and not FORCE_DEVICE_PATH
+
+
+def _residual_planes(w: torch.Tensor, s: int, m: int, dim: int, zs: torch.Tensor,
+                     t: torch.Tensor) -> None:
+    """zs <- zigzagged delta residuals of words [s, s+m), bit-plane transposed."""
+    width = w.element_size() * 8
+    zm = zs.view(width, m // width)
+    _delta_planes(w, s, m, dim, zm, t)
+    torch.bitwise_right_shift(zs, width - 1, out=t[:m])  # zigzag
+    zs.bitwise_left_shift_(1).bitwise_xor_(t[:m])
+    transpose_planes(zm, t)
+
+
+def _encode_on_device(w: torch.Tensor, dim: int, width: int, npad: int, nbits: int,
+                      budget: int, hdr: Header) -> torch.Tensor | None:
+    """Whole-message compaction: one host sync per message (the count of non-zero words,
+    which sizes the output), instead of one per slice and one per mixed bit-plane row."""
+    dev, size = w.device, w.element_size()
+    step = min(SLICE_WORDS, npad)
+    zall = torch.empty(npad, dtype=w.dtype, device=dev)
+    t = torch.empty(step, dtype=w.dtype, device=dev)
+    for s in range(0, npad, step):
+        m = min(step, npad - s)
+        _residual_planes(w, s, m, dim, zall[s: s + m], t)
+    nz = zall != 0
+    pos = torch.cumsum(nz, 0)
+    kept = int(pos[-1])  # the one host sync: the message size
+    if kept * size >= budget:
+        return None  # incompressible: the caller sends it raw
+    buf, body = hdr.alloc(nbits + kept * size, dev)
+    body[npad // 8: nbits].zero_()  # bitmap padding
+    body[: npad // 8].copy_(_pack_flags(nz))
+    words = torch.empty(kept + 1, dtype=w.dtype, device=dev)  # slot kept: the zeros
+    words.scatter_(0, torch.where(nz, pos - 1, kept), zall)
+    body[nbits:].copy_(words[:kept].view(torch.uint8))
+    return buf
+
+
+def _scatter_on_device(bitmap: torch.Tensor, vals: torch.Tensor, npad: int) -> torch.Tensor:
+    """All transposed words of a message from its bitmap and non-zero words, without a
+    host sync: word i is vals[(number of set flags before i)] where its flag is set."""
+    nz = _unpack_flags(bitmap)[:npad]
+    if vals.numel() == 0:
+        return torch.zeros(npad, dtype=vals.dtype, device=vals.device)
+    pos = (torch.cumsum(nz, 0) - 1).clamp_(0, vals.numel() - 1)
+    return torch.where(nz, vals[pos], 0)
 
 
 def _row_counts(nz: torch.Tensor) -> list[int]:

@@ -22,6 +22,7 @@ from neoxlab.compress.base import (
     dtype_view,
     view_as,
 )
+from neoxlab.compress.kernels import triton_for
 from neoxlab.compress.registry import register
 
 _SLICE = 1 << 18  # values per slice of work (1 MiB of fp32; 2^16 was 1.3x slower)
@@ -61,9 +62,7 @@ class _Blockwise(Compressor):
     def _code_nbytes(self, numel: int) -> int:
         return numel if self.bits == 8 else (numel + 1) // 2
 
-    def fixed_nbytes(self, numel: int, dtype: torch.dtype) -> int:
-        if dtype not in self.dtypes:
-            return numel * dtype.itemsize
+    def coded_nbytes(self, numel: int, dtype: torch.dtype) -> int:
         nblocks = -(-numel // self.block)
         return 4 * nblocks + self._code_nbytes(numel)
 
@@ -78,6 +77,13 @@ class _Blockwise(Compressor):
         if staged:
             scales = torch.empty(nblocks, dtype=torch.float32, device=dev)
         codes = out[4 * nblocks:]
+        fused = triton_for(dev)
+        if fused and fused.quant_supported(blk):
+            fused.quant_encode(flat, blk, self.qmax, self.bits, scales,
+                               codes.view(torch.int8) if self.bits == 8 else codes)
+            if staged:
+                out[: 4 * nblocks].copy_(scales.view(torch.uint8))
+            return
         step = max(blk, _SLICE // blk * blk)  # whole blocks per slice
         q = torch.empty(min(step, n), dtype=torch.float32, device=dev)
         q8 = torch.empty(min(step, n) + 1, dtype=torch.int8, device=dev) if self.bits == 4 else None
@@ -102,7 +108,7 @@ class _Blockwise(Compressor):
             out[: 4 * nblocks].copy_(scales.view(torch.uint8))
 
     def _encode(self, flat: torch.Tensor, hdr: Header) -> torch.Tensor | None:
-        nbytes = self.fixed_nbytes(flat.numel(), flat.dtype)
+        nbytes = self.coded_nbytes(flat.numel(), flat.dtype)
         buf, body = hdr.alloc(nbytes, flat.device)
         self._encode_fixed(flat, body)
         nblocks = -(-flat.numel() // self.block)
@@ -133,6 +139,11 @@ def _decode_blocks(body: torch.Tensor, out: torch.Tensor, blk: int, bits: int) -
     nblocks = -(-n // blk)
     scales = view_as(body[: 4 * nblocks], torch.float32)
     codes = body[4 * nblocks:]
+    fused = triton_for(out.device)
+    if fused and fused.quant_supported(blk):
+        fused.quant_decode(scales, codes.view(torch.int8) if bits == 8 else codes, out, blk,
+                           bits)
+        return
     step = max(blk, _SLICE // blk * blk)
     for start in range(0, n, step):
         m = min(step, n - start)

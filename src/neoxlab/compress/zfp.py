@@ -14,7 +14,8 @@ gradient/activation data: about 3x lower relative RMS error at the same rate (ra
 rates 1 and 2 work (1-D ZFP blocks of 4 values cannot hold a float exponent at rate < 3).
 When the number of rows is not a multiple of 4, ZFP pads the last block.
 
-Payload (fixed size, ``fixed_nbytes``): the ZFP block stream - ``2 * rate`` bytes per
+Payload (fixed size, ``coded_nbytes``; ``encode_fixed`` sends the raw bytes instead when
+they are not larger, see base.py): the ZFP block stream - ``2 * rate`` bytes per
 block of 16 values, exactly the bytes zfpy writes after its 12-byte stream header - then
 the 0-3 values left over after the last full row of 4, raw in the input dtype. NaN/Inf:
 a block holding one is written as ZFP's "non-zero block" bit followed by the biased
@@ -50,6 +51,7 @@ from neoxlab.compress.base import (
     finite_absmax,
     view_as,
 )
+from neoxlab.compress.kernels import triton_for
 from neoxlab.compress.registry import register
 
 _ROW = 4  # values per row of the 2-D array given to ZFP
@@ -112,9 +114,7 @@ class Zfp(Compressor):
         return self.rate
 
     # -- fixed-size payload --------------------------------------------------------------
-    def fixed_nbytes(self, numel: int, dtype: torch.dtype) -> int:
-        if dtype not in self.dtypes:
-            return numel * dtype.itemsize
+    def coded_nbytes(self, numel: int, dtype: torch.dtype) -> int:
         _, nblocks, rest = layout(numel)
         return 2 * self.rate * nblocks + rest * dtype.itemsize
 
@@ -123,7 +123,9 @@ class Zfp(Compressor):
         stream_nbytes = 2 * self.rate * nblocks
         if n4:
             if self.impl == "torch":
-                zfp_torch.encode(flat[:n4], self.rate, out[:stream_nbytes])
+                fused = triton_for(flat.device)
+                (fused.zfp_encode if fused else zfp_torch.encode)(
+                    flat[:n4], self.rate, out[:stream_nbytes])
             else:
                 _zfpy_encode(self, flat[:n4], out[:stream_nbytes])
         if rest:
@@ -134,7 +136,9 @@ class Zfp(Compressor):
         stream_nbytes = 2 * self.rate * nblocks
         if n4:
             if self.impl == "torch":
-                zfp_torch.decode(payload[:stream_nbytes], self.rate, out[:n4])
+                fused = triton_for(out.device)
+                (fused.zfp_decode if fused else zfp_torch.decode)(
+                    payload[:stream_nbytes], self.rate, out[:n4])
             else:
                 _zfpy_decode(self, payload[:stream_nbytes], out[:n4])
         if rest:
@@ -144,14 +148,14 @@ class Zfp(Compressor):
     def _encode(self, flat: torch.Tensor, hdr: Header) -> torch.Tensor | None:
         if finite_absmax(flat) is None:
             return None
-        buf, body = hdr.alloc(self.fixed_nbytes(flat.numel(), flat.dtype), flat.device)
+        buf, body = hdr.alloc(self.coded_nbytes(flat.numel(), flat.dtype), flat.device)
         self._encode_fixed(flat, body)
         return buf
 
     def _decode(self, body: torch.Tensor, hdr: Header) -> torch.Tensor:
         if hdr.param != self.rate:
             return Zfp(rate=check_rate(hdr.param), impl=self.impl)._decode(body, hdr)
-        expected = self.fixed_nbytes(hdr.numel, hdr.dtype)
+        expected = self.coded_nbytes(hdr.numel, hdr.dtype)
         if body.numel() != expected:
             raise WireFormatError(f"zfp body of {body.numel()} bytes does not match "
                                   f"{hdr.numel} values at rate {self.rate} ({expected})")
@@ -208,9 +212,8 @@ def _zfpy_decode(c: Zfp, payload: torch.Tensor, out: torch.Tensor) -> None:
     arr = zfpy.decompress_numpy(stream)
     if arr.size != n4:
         raise WireFormatError(f"zfp stream holds {arr.size} values, expected {n4}")
-    vals = torch.from_numpy(np.ascontiguousarray(arr)).view(-1)
+    vals = torch.from_numpy(np.ascontiguousarray(arr)).reshape(-1).clone()
     nan_blocks = zfp_torch.marked_blocks(host, c.rate)
-    vals = vals.view(-1).clone()
     padded = torch.zeros(nan_blocks.numel() * _BLOCK, dtype=torch.bool)
     padded.view(-1, _BLOCK)[nan_blocks] = True
     vals[padded[:n4]] = float("nan")

@@ -18,8 +18,8 @@ mode. Per block of 16 values, all blocks at once:
    cumulative sums of lengths give offsets) and OR-ed into 64-bit words.
 
 Decoding runs the planes in order with a byte-at-a-time state machine table (state: n,
-group-test or scanning, the byte, how many of its bits are left in the budget), 5 steps
-per plane, which covers the longest group-test code (33 bits); ZFP's rule for a code cut
+group-test or scanning, the byte, how many of its bits are left in the budget), 4 steps
+per plane, which covers the longest group-test code (31 bits); ZFP's rule for a code cut
 by the budget (a cut scan sets the bit it was looking at) is part of the table.
 
 Blocks holding NaN/Inf are written as header 1 + exponent 0 (ZFP never writes exponent
@@ -33,13 +33,16 @@ import torch
 
 from neoxlab.compress.mpc import transpose_planes
 
-CHUNK_BLOCKS = 1 << 15  # blocks per chunk of work (512 Ki values, ~64 MiB of temporaries)
+# blocks per chunk of work: on CPU small enough for the temporaries to stay in cache
+# (4096 measured fastest of 1024..65536), on an accelerator large enough to fill it
+CHUNK_BLOCKS = {"cpu": 1 << 12}
+CHUNK_BLOCKS_DEVICE = 1 << 18
 _EBIAS = 127
 _NB = -0x55555556  # 0xaaaaaaaa as int32
 _INT_MIN = -(1 << 31)
 # coefficient order by sequency: index (i, j) = i + 4 j, sorted by i + j then i^2 + j^2
 PERM = (0, 1, 4, 5, 2, 8, 6, 9, 3, 12, 10, 7, 13, 11, 14, 15)
-_STEPS = 5  # 8-bit decode steps per plane: a plane's group-test code is <= 33 bits
+_STEPS = 4  # 8-bit decode steps per plane: a group-test code is <= 31 bits (all ones)
 
 _CACHE: dict[tuple[str, torch.device], torch.Tensor] = {}
 
@@ -47,36 +50,27 @@ _CACHE: dict[tuple[str, torch.device], torch.Tensor] = {}
 # -- tables ---------------------------------------------------------------------------------
 
 def _encode_table(device: torch.device) -> torch.Tensor:
-    """int64[17 * 65536]: index n * 65536 + plane -> code bits | length << 40."""
+    """int64[17 * 65536]: index n * 65536 + plane -> code bits | length << 40.
+
+    The code is the plane's first n bits verbatim, then for each further one-bit at
+    position p (scanning from c, the first value not yet coded) a positive group test and
+    the scan up to it: "1", p - c zeros, "1" (for p = 15 the final one is implied: "1" and
+    15 - c zeros), and a closing negative group test "0" unless the scan reached 16."""
     key = ("enc", device)
     if key not in _CACHE:
         x = torch.arange(1 << 16, dtype=torch.int64).repeat(17)
         n = torch.arange(17, dtype=torch.int64).repeat_interleave(1 << 16)
-        code = x & ((1 << n) - 1)  # the first n bits verbatim
+        code = x & ((1 << n) - 1)
         length = n.clone()
-        x = x >> n
-        phase = torch.zeros_like(n)  # 0: next is a group test, 1: scanning for a one
-        live = n < 16
-        for _ in range(40):
-            if not bool(live.any()):
-                break
-            test = live & (phase == 0)
-            scan = live & (phase == 1)
-            bit = torch.where(test, (x != 0).long(), x & 1)
-            code |= torch.where(live, bit << length, 0)
-            length += live.long()
-            # group test 0: plane done; 1 at n = 15: that value is the one, plane done
-            done_t = test & ((bit == 0) | (n == 15))
-            last = test & (bit == 1) & (n == 15)
-            phase = torch.where(test & (bit == 1) & (n < 15), 1, phase)
-            # scanning: consume one value; a one ends the scan, reaching 15 implies a one
-            x = torch.where(scan | last, x >> 1, x)
-            n = torch.where(scan | last, n + 1, n)
-            phase = torch.where(scan & (bit == 1), 0, phase)
-            implied = scan & (bit == 0) & (n == 15)
-            x = torch.where(implied, x >> 1, x)
-            n = torch.where(implied, 16, n)
-            live = live & ~done_t & (n < 16)
+        c = n.clone()
+        for p in range(16):
+            one = (p >= n) & (((x >> p) & 1) == 1)
+            tok_len = p - c + 2 if p < 15 else 16 - c
+            tok = 1 | (1 << (p - c + 1)) if p < 15 else torch.ones_like(c)
+            code |= torch.where(one, tok << length, 0)
+            length += torch.where(one, tok_len, 0)
+            c = torch.where(one, p + 1, c)
+        length += (c < 16).long()  # the closing "0"
         _CACHE[key] = (code | length << 40).to(device)
     return _CACHE[key]
 
@@ -90,21 +84,27 @@ def _bitlen_table(device: torch.device) -> torch.Tensor:
     return _CACHE[key]
 
 
+_VF = 18  # budget classes per decode state: v = 0..8 usable bits, final or not
+_STATE = _VF * 256  # table rows per decode state
+
+
 def _decode_table(device: torch.device) -> torch.Tensor:
-    """int64[17 * 2 * 18 * 256]: index ((n * 2 + phase) * 18 + v + 9 * final) * 256 + byte
-    -> set-bits mask | consumed << 16 | new n << 24 | new phase << 32 | done << 33.
-    v = budget bits available in this byte (0-8); final = the budget ends with them."""
+    """int64[51 * 18 * 256]: row of state s = 3 n + phase (phase 0: next bit is a group
+    test, 1: scanning for a one, 2: plane done), budget class v + 9 * final (v = budget
+    bits usable in this byte, 0-8; final = the budget ends with them), byte ->
+    set-bits mask | bits consumed << 16 | row base of the next state << 24."""
     key = ("dec", device)
     if key not in _CACHE:
-        idx = torch.arange(17 * 2 * 18 * 256, dtype=torch.int64)
+        idx = torch.arange(51 * _STATE, dtype=torch.int64)
         byte = idx % 256
-        vf = idx // 256 % 18
-        phase = idx // (256 * 18) % 2
-        n = idx // (256 * 18 * 2)
+        vf = idx // 256 % _VF
+        state = idx // _STATE
+        n, phase = state // 3, state % 3
         v, final = vf % 9, vf >= 9
         mask = torch.zeros_like(idx)
         used = torch.zeros_like(idx)
-        done = n >= 16
+        done = (phase == 2) | (n >= 16)
+        phase = phase.clamp(max=1)
         for _ in range(8):
             live = ~done & (used < v)
             bit = (byte >> used) & 1
@@ -130,17 +130,26 @@ def _decode_table(device: torch.device) -> torch.Tensor:
         # still deposits the value it was looking at
         cut = final & ~done & (phase == 1)
         mask |= torch.where(cut, 1 << n.clamp(max=15), 0)
-        done = done | final
-        table = mask | used << 16 | n << 24 | phase << 32 | done.long() << 33
+        done = done | final | (n >= 16)
+        nxt = 3 * n + torch.where(done, 2, phase)
+        table = mask | used << 16 | (nxt * _STATE) << 24
         _CACHE[key] = table.to(device)
+    return _CACHE[key]
+
+
+def _budget_class(maxbits: int, device: torch.device) -> torch.Tensor:
+    """int64[maxbits + 1]: remaining budget -> its decode-table offset (v + 9 final) * 256."""
+    key = (f"vf{maxbits}", device)
+    if key not in _CACHE:
+        b = torch.arange(maxbits + 1, dtype=torch.int64)
+        _CACHE[key] = ((b.clamp(max=8) + 9 * (b <= 8).long()) * 256).to(device)
     return _CACHE[key]
 
 
 # -- block transforms -------------------------------------------------------------------------
 
 def _fwd_lift(p: torch.Tensor, dim: int) -> None:
-    x, y, z, w = (p.select(dim, i) for i in range(4))
-    x = x.clone(); y = y.clone(); z = z.clone(); w = w.clone()  # noqa: E702
+    x, y, z, w = (p.select(dim, i).clone() for i in range(4))
     x += w; x >>= 1; w -= x  # noqa: E702
     z += y; z >>= 1; y -= z  # noqa: E702
     x += z; x >>= 1; z -= x  # noqa: E702
@@ -175,6 +184,10 @@ def _blocks(vals: torch.Tensor) -> torch.Tensor:
     return torch.cat([v[: full * 16].view(full, 16), pad])
 
 
+def _chunk(device: torch.device) -> int:
+    return CHUNK_BLOCKS.get(device.type, CHUNK_BLOCKS_DEVICE)
+
+
 def _pow2_f32(e: torch.Tensor) -> torch.Tensor:
     """2^e rounded to fp32 as ldexpf does: inf above 2^127, subnormal or 0 below 2^-126."""
     return torch.ldexp(torch.ones(e.shape, dtype=torch.float64, device=e.device),
@@ -196,8 +209,9 @@ def encode(vals: torch.Tensor, rate: int, out: torch.Tensor) -> None:
     blocks = _blocks(vals)
     nb = blocks.shape[0]
     dst = out.view(nb, 2 * rate)
-    for b0 in range(0, nb, CHUNK_BLOCKS):
-        chunk = blocks[b0: b0 + CHUNK_BLOCKS]
+    step = _chunk(vals.device)
+    for b0 in range(0, nb, step):
+        chunk = blocks[b0: b0 + step]
         dst[b0: b0 + chunk.shape[0]].copy_(_encode_chunk(chunk, rate))
 
 
@@ -223,10 +237,16 @@ def _encode_chunk(fb: torch.Tensor, rate: int) -> torch.Tensor:
     planes = torch.zeros(32, nb, dtype=torch.int32, device=dev)
     planes[:16] = u.t()
     transpose_planes(planes)  # planes[k, b] = bit k of the 16 values of block b
-    x = planes.flip(0).t().long() & 0xFFFF  # (nb, 32), plane 31 first
-    bl = _bitlen_table(dev)[x]
-    n = torch.cummax(bl, 1).values
-    n = torch.cat([torch.zeros(nb, 1, dtype=torch.int64, device=dev), n[:, :-1]], 1)
+    x = planes.flip(0).t().contiguous()  # (nb, 32) int32, plane 31 first
+    # n before plane k = values already significant = bit length of the OR of the planes
+    # above it (an exclusive prefix OR, in log2(32) shifted ORs)
+    above = torch.zeros_like(x)
+    above[:, 1:] = x[:, :-1]
+    step = 1
+    while step < 32:
+        above[:, step:] |= above[:, :-step].clone()
+        step *= 2
+    n = _bitlen_table(dev)[above.long()]
     ent = _encode_table(dev)[n * 65536 + x]
     code, length = ent & ((1 << 40) - 1), ent >> 40
     maxbits = 16 * rate
@@ -254,8 +274,9 @@ def decode(payload: torch.Tensor, rate: int, out: torch.Tensor) -> None:
     n4 = out.numel()
     nb = -(-n4 // 16)
     src = payload[: 2 * rate * nb].view(nb, 2 * rate)
-    for b0 in range(0, nb, CHUNK_BLOCKS):
-        chunk = src[b0: b0 + CHUNK_BLOCKS]
+    step = _chunk(payload.device)
+    for b0 in range(0, nb, step):
+        chunk = src[b0: b0 + step]
         vals = _decode_chunk(chunk, rate).reshape(-1)
         lo = b0 * 16
         m = min(vals.numel(), n4 - lo)
@@ -271,9 +292,12 @@ def marked_blocks(payload: torch.Tensor, rate: int) -> torch.Tensor:
 def _decode_chunk(src: torch.Tensor, rate: int) -> torch.Tensor:
     dev = src.device
     nb = src.shape[0]
-    raw = torch.zeros(nb, 2 * rate + 4, dtype=torch.int64, device=dev)
-    raw[:, : 2 * rate] = src
-    head = raw[:, 0] | (raw[:, 1] & 1) << 8
+    nbytes = 2 * rate
+    raw = torch.zeros(nb, nbytes + 3, dtype=torch.int64, device=dev)
+    raw[:, :nbytes] = src
+    # win[:, j] = the 24 bits starting at byte j (any read of <= 16 bits at a bit offset)
+    win = raw[:, :nbytes] | raw[:, 1: nbytes + 1] << 8 | raw[:, 2: nbytes + 2] << 16
+    head = win[:, 0] & 0x1FF
     flag = (head & 1) == 1
     e = head >> 1
     nonzero = flag & (e > 0)
@@ -281,40 +305,33 @@ def _decode_chunk(src: torch.Tensor, rate: int) -> torch.Tensor:
     emax = e - _EBIAS
     table = _decode_table(dev)
     maxbits = 16 * rate
+    vclass = _budget_class(maxbits, dev)
+    last_byte = nbytes - 1
 
-    def read(pos: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
-        """count (<= 16) bits at bit offset pos of each block, LSB first."""
-        byte = pos >> 3
-        w = (raw.gather(1, byte[:, None]) | raw.gather(1, (byte + 1)[:, None]) << 8
-             | raw.gather(1, (byte + 2)[:, None]) << 16)[:, 0]
-        return (w >> (pos & 7)) & ((1 << count) - 1)
+    def read(pos: torch.Tensor) -> torch.Tensor:
+        """the 16 bits at bit offset pos of each block (LSB first; zeros past the end)."""
+        at = (pos >> 3).clamp(max=last_byte)
+        return win.gather(1, at[:, None])[:, 0] >> (pos & 7)
 
     pos = torch.full((nb,), 9, dtype=torch.int64, device=dev)
     budget = torch.where(nonzero, maxbits - 9, 0)
     n = torch.zeros(nb, dtype=torch.int64, device=dev)
-    planes = torch.zeros(32, nb, dtype=torch.int32, device=dev)
-    for k in range(31, -1, -1):
+    planes = torch.empty(32, nb, dtype=torch.int32, device=dev)
+    for k in range(32):  # plane 31 - k
         m = n.minimum(budget)
-        x = read(pos.clamp(max=maxbits), m)
-        pos = pos + m
-        budget = budget - m
-        phase = torch.zeros_like(n)
-        live = budget > 0  # ZFP stops the block once its budget is spent
+        x = read(pos) & ((1 << m) - 1)
+        pos += m
+        budget -= m
+        state = n * (3 * _STATE)  # phase 0
         for _ in range(_STEPS):
-            v = budget.clamp(max=8)
-            final = (budget <= 8).long()
-            byte = read(pos.clamp(max=maxbits), v)
-            idx = ((n * 2 + phase) * 18 + v + 9 * final) * 256 + byte
-            ent = table[idx]
-            step_live = live
-            used = torch.where(step_live, (ent >> 16) & 0xFF, 0)
-            x = x | torch.where(step_live, ent & 0xFFFF, 0)
-            n = torch.where(step_live, (ent >> 24) & 0xFF, n)
-            phase = torch.where(step_live, (ent >> 32) & 1, phase)
-            pos = pos + used
-            budget = budget - used
-            live = step_live & ((ent >> 33) & 1 == 0)
-        planes[31 - k] = x.to(torch.int32)
+            ent = table[state + vclass[budget] + (read(pos) & 0xFF)]
+            x |= ent & 0xFFFF
+            used = (ent >> 16) & 0xFF
+            pos += used
+            budget -= used
+            state = ent >> 24
+        n = state // (3 * _STATE)
+        planes[k] = x
     planes = planes.flip(0).contiguous()
     transpose_planes(planes)  # planes[i, b] = value i (negabinary) of block b
     u = planes[:16].t()
