@@ -87,7 +87,9 @@ def main() -> int:
     cmd = [mpiexec_path(), "-n", str(args.ranks), sys.executable, str(Path(__file__).resolve()),
            "--worker", "--specs", *args.specs, "--min-mib", str(args.min_mib),
            "--max-mib", str(args.max_mib), "--repeats", str(args.repeats)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    from neoxlab.comm.memprobe import ALLOCATOR_ENV
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **ALLOCATOR_ENV}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
     if proc.returncode != 0:
         print(f"[bench] {' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-3000:]}",

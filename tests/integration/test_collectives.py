@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from neoxlab.comm import memprobe
 from neoxlab.launch.local import mpiexec_path
 from tests.conftest import REPO_ROOT
 
@@ -17,7 +18,8 @@ from tests.conftest import REPO_ROOT
 @pytest.fixture(scope="module")
 def checks(tmp_path_factory):
     out = tmp_path_factory.mktemp("collectives")
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=f"{REPO_ROOT}:{REPO_ROOT / 'src'}")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=f"{REPO_ROOT}:{REPO_ROOT / 'src'}",
+               **memprobe.ALLOCATOR_ENV)
     proc = subprocess.run(
         [mpiexec_path(), "-n", "4", sys.executable,
          str(REPO_ROOT / "tests/integration/collectives_rank.py"), str(out)],

@@ -3,6 +3,9 @@
 torch's CPU allocator keeps no statistics and tracemalloc sees only Python objects, but a
 large tensor is its own mmap, resident once written: resetting VmHWM (clear_refs 5) before
 the call and reading it after gives the call's peak above the resident set it started from.
+Run the measured process with ALLOCATOR_ENV: glibc otherwise raises its mmap threshold as
+buffers are freed (up to 32 MiB), and freed heap memory stays resident, so the high-water
+mark would count the allocator's retention instead of the live tensors.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import TypeVar
 T = TypeVar("T")
 _STATUS = Path("/proc/self/status")
 _CLEAR = Path("/proc/self/clear_refs")
+ALLOCATOR_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072"}  # fixed: large buffers are their own mmap
 
 
 def available() -> bool:
