@@ -1,4 +1,4 @@
-"""One-GPU check of the compressed collectives on NCCL (run by device_check_collectives.sh).
+"""One-GPU check of the compressed collectives on NCCL (section 3 of bench/device_check.sh).
 
 One GPU allows one NCCL rank, so this cannot show a multi-rank exchange; it shows what a
 CPU machine cannot: every tensor the compressed path hands to an NCCL group is a CUDA tensor
