@@ -33,4 +33,9 @@ echo "== 2. codec throughput as a ratio to a device-to-device copy (64 MiB fp32)
 timeout 180 python3 bench/device_codecs.py --mib 64 --repeats 10 2>&1 \
   | tee "$OUT/codec_speed.txt" || status=1
 
+echo "== 3. compressed collectives on one NCCL rank, strict-device mode (every op, fixed and"
+echo "   data-dependent codecs; a CPU tensor anywhere in the path fails); phases by CUDA events"
+timeout 180 python3 bench/device_check_collectives.py 2>&1 \
+  | tee "$OUT/collectives.txt" || status=1
+
 exit $status

@@ -4,8 +4,8 @@
 
 Why: compression pays only where the bytes it saves take longer to move than encoding and
 decoding them. Every rank runs neoxlab.omb's allreduce (torch CPU buffers, fp32, smooth
-data) plainly and with each --specs compressor (neoxlab.omb.compressed: encode, all-gather
-the encoded buffers, decode all, sum), size by size, the variants interleaved so each size
+data) plainly and with each --specs compressor (neoxlab.omb.compressed, which runs the
+training path neoxlab.comm.collectives), size by size, the variants interleaved so each size
 sees the same machine load, --rounds times per size (medians reported, so that one burst
 from a neighbour cannot decide a crossover). Reported per backend and size: plain us,
 compressed us, their ratio, the compression ratio, and the crossover size from which

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from neoxlab.comm_scratch import scratch_bytes
 from neoxlab.config import Config, ConfigError, ModelConfig
 
 GIB = 1024**3
@@ -43,10 +44,12 @@ class MemoryEstimate:
     gradients: float
     optimizer: float
     activations: float
+    communication: float = 0.0  # scratch of a compressed gradient all-reduce
 
     @property
     def total(self) -> float:
-        return self.weights + self.gradients + self.optimizer + self.activations
+        return (self.weights + self.gradients + self.optimizer + self.activations
+                + self.communication)
 
 
 def padded_vocab_size(model: ModelConfig, tp: int) -> int:
@@ -125,7 +128,17 @@ def estimate_memory(cfg: Config, layout: Layout) -> MemoryEstimate:
         activations = blocks * in_flight * per_block
     if not half:
         activations *= 2
-    return MemoryEstimate(params, params * weight_b, gradients, optimizer, activations)
+    return MemoryEstimate(params, params * weight_b, gradients, optimizer, activations,
+                          _compression_scratch(cfg, params * grad_b, grad_b))
+
+
+def _compression_scratch(cfg: Config, grad_bytes: int, grad_b: int) -> float:
+    """Extra bytes of a compressed DP all-reduce of one gradient bucket (0 uncompressed)."""
+    c = cfg.compression
+    dp = c.dims.get("dp")
+    if not c.patch or c.backend != "framework" or dp is None or dp.compressor == "none":
+        return 0.0
+    return float(scratch_bytes(min(grad_bytes, cfg.zero.reduce_bucket_size * grad_b)))
 
 
 def _positive(errors: list[str], name: str, value: int | float, fix: str) -> None:
@@ -242,7 +255,8 @@ def memory_errors(cfg: Config) -> list[str]:
         errors.append(
             f"estimated memory per device {est.total / GIB:.1f} GiB (weights "
             f"{est.weights / GIB:.1f}, gradients {est.gradients / GIB:.1f}, optimizer "
-            f"{est.optimizer / GIB:.1f}, activations {est.activations / GIB:.1f}) exceeds "
+            f"{est.optimizer / GIB:.1f}, activations {est.activations / GIB:.1f}, compressed "
+            f"collective scratch {est.communication / GIB:.2f}) exceeds "
             f"{cfg.cluster.name}'s {cfg.cluster.device_memory_gib} GiB at tp={layout.tp}, "
             f"pp={layout.pp}, dp={layout.dp}; raise tp/pp, use ZeRO-1, activation "
             "checkpointing or a smaller micro batch"

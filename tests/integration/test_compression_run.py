@@ -1,4 +1,6 @@
-"""Compression inside a real 8-rank TP=2/PP=2/DP=2 ZeRO-1 run."""
+"""Compression inside a real 8-rank TP=2/PP=2/DP=2 ZeRO-1 run, in strict-device mode: every
+tensor a compressed collective hands to torch.distributed must sit on its payload's device
+(neoxlab.comm.strict), which is what an NCCL group demands."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ import json
 
 import pytest
 
+from neoxlab.comm.strict import STRICT_ENV
 from tests.integration.harness import read_metrics, read_status, run_experiment
 
 STEPS = 6
@@ -22,11 +25,14 @@ def runs(tmp_path_factory):
         "mzhybrid": ("local_mzhybrid", []),
     }
     out = {}
-    for key, (experiment, overrides) in variants.items():
-        proc, run_dir = run_experiment(experiment, root / key, f"train.steps={STEPS}", *overrides)
-        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-        assert read_status(run_dir)["state"] == "completed"
-        out[key] = run_dir
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(STRICT_ENV, "1")  # the rank processes inherit it
+        for key, (experiment, overrides) in variants.items():
+            proc, run_dir = run_experiment(experiment, root / key, f"train.steps={STEPS}",
+                                           *overrides)
+            assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+            assert read_status(run_dir)["state"] == "completed"
+            out[key] = run_dir
     return out
 
 

@@ -56,6 +56,10 @@ def test_classifier_by_ranks_and_op():
     assert c.collective("all_reduce", frozenset({0, 1, 4, 5}), big) == "other"  # pipe x model
     assert c.collective("all_reduce", frozenset({4, 6}), 1) == "other"  # a loss or a norm
     assert c.p2p(1, 5, big) == "pp"
+    ce = Classifier(Grid(tp=2, pp=2, dp=2), hidden_size=64)
+    assert ce.collective("all_reduce", frozenset({4, 5}), 512, (16, 32)) == "other"  # [s, b]
+    assert ce.collective("all_reduce", frozenset({4, 5}), 2048, (32, 64)) == "tp"  # [sb, h]
+    assert ce.collective("all_reduce", frozenset({4, 5}), 4096, (8, 8, 64)) == "tp"
     assert c.p2p(1, 4, big) == "other"
 
 
@@ -70,6 +74,14 @@ def test_mpi_backend_renders_global_switches():
                                               "compression.dims.dp.params={}"])
     with pytest.raises(ConfigError, match="supports only"):
         check(bad)
+
+
+def test_mpi_backend_is_refused_rather_than_run_uncompressed():
+    cfg = compose_experiment("local_naive", ["compression.backend=mpi"])
+    with pytest.raises(ConfigError, match="backend=mpi is refused.*backend=framework"):
+        check(cfg)
+    quiet = compose_experiment("local_baseline", ["compression.backend=mpi"])
+    check(quiet)  # nothing to compress: nothing runs under a false label
 
 
 def test_rate_that_cannot_shrink_half_precision_traffic_is_refused():

@@ -15,7 +15,8 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 # of its own layer or below. Keep in step with ARCHITECTURE.md's layer table.
 LAYERS: dict[str, int] = {
     # 0: the bottom: schema, pure arithmetic, file helpers
-    "neoxlab.files": 0, "neoxlab.config": 0, "neoxlab.layout": 0, "neoxlab.metrics": 0,
+    "neoxlab.files": 0, "neoxlab.comm_scratch": 0, "neoxlab.config": 0, "neoxlab.layout": 0,
+    "neoxlab.metrics": 0,
     # 1: a run dir and the per-rank frame
     "neoxlab.run": 1,
     # 2: libraries

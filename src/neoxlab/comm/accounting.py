@@ -46,13 +46,20 @@ def bus_bandwidth_gbps(op: str, nbytes: int, seconds: float, group_size: int) ->
 class Accountant:
     def __init__(self) -> None:
         self.stats: dict[tuple[str, str], OpStats] = defaultdict(OpStats)
+        # costs timed by CUDA events, folded in at report time (never on the hot path)
+        self.pending: list[tuple[tuple[str, str], object, int]] = []
 
     def record(
         self, dim: str, op: str, *, bytes_in: int, bytes_out: int, comm_s: float,
         group_size: int, compressor: str = "none", compress_s: float = 0.0,
-        decompress_s: float = 0.0, via_deepspeed: bool = False,
+        decompress_s: float = 0.0, via_deepspeed: bool = False, pending=None,
+        weight: int = 1,
     ) -> None:
+        """One call. `pending`: its Cost when it holds unresolved CUDA events (their times,
+        times `weight` for sampled calls, are added at report time)."""
         s = self.stats[(dim, op)]
+        if pending is not None and pending.events:
+            self.pending.append(((dim, op), pending, weight))
         s.calls += 1
         s.compressed_calls += compressor != "none"
         s.bytes_in += bytes_in
@@ -65,7 +72,19 @@ class Accountant:
         if compressor != "none":
             s.compressor = compressor
 
+    def resolve(self) -> None:
+        """Wait for the recorded CUDA events and add their times (report time only)."""
+        for key, cost, weight in self.pending:
+            before = (cost.comm_s, cost.compress_s, cost.decompress_s)
+            cost.resolve()
+            s = self.stats[key]
+            s.comm_s += (cost.comm_s - before[0]) * weight
+            s.compress_s += (cost.compress_s - before[1]) * weight
+            s.decompress_s += (cost.decompress_s - before[2]) * weight
+        self.pending.clear()
+
     def rows(self, rank: int) -> list[dict]:
+        self.resolve()
         out = []
         for (dim, op), s in sorted(self.stats.items()):
             row = {"rank": rank, "dim": dim, "op": op, **asdict(s)}

@@ -48,22 +48,32 @@ class Grid:
 
 
 class Classifier:
-    def __init__(self, grid: Grid):
+    def __init__(self, grid: Grid, hidden_size: int | None = None):
         self.grid = grid
         self.sets = grid.group_sets()
+        self.hidden_size = hidden_size
 
-    def collective(self, op: str, ranks: frozenset[int], numel: int) -> str:
+    def collective(self, op: str, ranks: frozenset[int], numel: int,
+                   shape: tuple[int, ...] = ()) -> str:
         if numel <= CONTROL_MAX_NUMEL:
             return "other"
         axis = self.sets.get(ranks)
         if axis == "tp":
-            return "tp"
+            return "other" if self.is_loss_statistic(op, shape) else "tp"
         if axis == "dp":
             if op in REDUCTIONS:
                 return "dp"
             if op in GATHERS:
                 return "zero"
         return "other"
+
+    def is_loss_statistic(self, op: str, shape: tuple[int, ...]) -> bool:
+        """Vocab-parallel cross-entropy all-reduces per-token [s, b] fp32 statistics (max
+        logit, sum of exponentials, target logit): control values that must stay exact.
+        Every TP activation or gradient reduction ends in the hidden dimension; these
+        do not."""
+        return (op in REDUCTIONS and self.hidden_size is not None and len(shape) >= 1
+                and shape[-1] != self.hidden_size and len(shape) == 2)
 
     def p2p(self, me: int, peer: int, numel: int) -> str:
         """Adjacent pipeline stages with the same data/model coordinate exchange activations."""

@@ -1,20 +1,35 @@
-"""Compressed collectives over torch.distributed (any backend: gloo, NCCL, MPI).
+"""Compressed collectives over torch.distributed (gloo, NCCL, or any registered backend).
 
 Each function takes the *original* torch.distributed functions (`raw`) so it never re-enters
-the patch, exchanges payload sizes first (compressed sizes vary: NaN/Inf passthrough, mpc),
-and returns the cost of the call for accounting. Reductions sum in rank order, so every
-rank of a group computes the identical result.
+the patch, writes its result in place and returns the cost for accounting. Designs:
+
+- all-reduce ("alltoall", after DeepSpeed ZeRO++'s all_to_all_quant_reduce): the message is
+  cut into n equal chunks, one all-to-all of their payloads, a local fp32 sum of the chunk
+  this rank owns, then one all_gather_into_tensor of the re-encoded sums. Every rank, the
+  owner included, decodes the same payloads, so all ranks end bit-identical.
+- all-reduce ("allgather", small groups): one all-gather of whole payloads, local sum.
+- all-gather: one compressed all_gather_into_tensor; broadcast: one payload, decoded by the
+  source too (replicas stay identical); send/recv: one payload per message.
+- Messages go in segments (a quarter of the message, 1-64 MiB: neoxlab.comm_scratch), so
+  the extra memory of a compressed all-reduce is a bounded fraction of the message.
+- Fixed-size payloads (neoxlab.comm.payload) need no size exchange; variable ones exchange
+  sizes in tensors on the payload's device (an NCCL group serves CUDA tensors only).
+- No torch.cuda.synchronize(): CUDA work is timed with events, resolved at report time.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from types import SimpleNamespace
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 
+from neoxlab.comm.payload import ChunkCodec
+from neoxlab.comm_scratch import SEGMENT_BYTES, segment_bytes_for
 from neoxlab.compress import Compressor
+
+U8 = torch.uint8
 
 
 @dataclass
@@ -23,157 +38,353 @@ class Cost:
     compress_s: float = 0.0
     decompress_s: float = 0.0
     comm_s: float = 0.0
+    events: list = field(default_factory=list)  # (attr, start, end) CUDA events, unresolved
+
+    def resolve(self) -> Cost:
+        """Fold the CUDA event pairs into the seconds (waits for them: report time only)."""
+        for attr, start, end in self.events:
+            end.synchronize()
+            setattr(self, attr, getattr(self, attr) + start.elapsed_time(end) / 1e3)
+        self.events.clear()
+        return self
 
 
-class _Timed:
-    def __init__(self, cost: Cost, attr: str):
-        self.cost, self.attr = cost, attr
+class Timed:
+    """Adds the duration of its block to cost.<attr>: host clock for CPU work, CUDA events
+    (no synchronization) for work queued on a GPU."""
+
+    def __init__(self, cost: Cost, attr: str, device: torch.device):
+        self.cost, self.attr, self.cuda = cost, attr, device.type == "cuda"
 
     def __enter__(self):
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        self.start = time.perf_counter()
+        if self.cuda:
+            self.start = torch.cuda.Event(enable_timing=True)
+            self.start.record()
+        else:
+            self.t0 = time.perf_counter()
 
     def __exit__(self, *exc):
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        setattr(self.cost, self.attr, getattr(self.cost, self.attr) + time.perf_counter()
-                - self.start)
+        if self.cuda:
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            self.cost.events.append((self.attr, self.start, end))
+        else:
+            setattr(self.cost, self.attr,
+                    getattr(self.cost, self.attr) + time.perf_counter() - self.t0)
 
 
-def _encode(c: Compressor, x: torch.Tensor, cost: Cost) -> torch.Tensor:
-    with _Timed(cost, "compress_s"):
-        return c.encode(x)
+# ---- payload exchange -------------------------------------------------------------------
+def _sizes_tensor(sizes: list[int], device: torch.device) -> torch.Tensor:
+    return torch.tensor(sizes, dtype=torch.int64, device=device)
 
 
-def _decode(c: Compressor, buf: torch.Tensor, cost: Cost) -> torch.Tensor:
-    with _Timed(cost, "decompress_s"):
-        return c.decode(buf)
+def exchange(raw, payloads: list[torch.Tensor], send: torch.Tensor | None, codec: ChunkCodec,
+             group, cost: Cost) -> list[torch.Tensor]:
+    """All-to-all: payloads[i] goes to peer i; returns what each peer sent here. Fixed
+    payloads travel as one buffer of equal slots; variable ones after a size exchange."""
+    n, device = len(payloads), payloads[0].device
+    if codec.fixed is not None:
+        recv = torch.empty(n * codec.fixed, dtype=U8, device=device)
+        with Timed(cost, "comm_s", device):
+            raw.all_to_all_single(recv, send, group=group)
+        cost.bytes_out += send.numel()
+        return list(recv.split(codec.fixed))
+    send_sizes = [p.numel() for p in payloads]
+    recv_sizes = torch.empty(n, dtype=torch.int64, device=device)
+    with Timed(cost, "comm_s", device):
+        raw.all_to_all_single(recv_sizes, _sizes_tensor(send_sizes, device), group=group)
+    recv_list = recv_sizes.tolist()  # sizes are data-dependent: the host must know them
+    recv = torch.empty(sum(recv_list), dtype=U8, device=device)
+    with Timed(cost, "comm_s", device):
+        raw.all_to_all_single(recv, torch.cat(payloads), recv_list, send_sizes, group=group)
+    cost.bytes_out += sum(send_sizes)
+    return list(recv.split(recv_list))
 
 
-def _sizes(raw: SimpleNamespace, nbytes: int, group, n: int, cost: Cost) -> list[int]:
-    mine = torch.tensor([nbytes], dtype=torch.int64)
-    out = torch.empty(n, dtype=torch.int64)
-    with _Timed(cost, "comm_s"):
-        raw.all_gather_into_tensor(out, mine, group=group)
-    return out.tolist()
-
-
-def gather_payloads(raw, buf: torch.Tensor, group, n: int, cost: Cost) -> list[torch.Tensor]:
-    """All-gather variable-length byte payloads (padded to the largest one)."""
-    sizes = _sizes(raw, buf.numel(), group, n, cost)
+def gather(raw, payload: torch.Tensor, codec: ChunkCodec, group, n: int,
+           cost: Cost) -> list[torch.Tensor]:
+    """All-gather one payload per rank (one all_gather_into_tensor when sizes are fixed;
+    variable ones are padded to the largest after a size exchange on the device)."""
+    device = payload.device
+    if codec.fixed is not None:
+        out = torch.empty(n * codec.fixed, dtype=U8, device=device)
+        with Timed(cost, "comm_s", device):
+            raw.all_gather_into_tensor(out, payload, group=group)
+        cost.bytes_out += payload.numel()
+        return list(out.split(codec.fixed))
+    sizes_out = torch.empty(n, dtype=torch.int64, device=device)
+    with Timed(cost, "comm_s", device):
+        raw.all_gather_into_tensor(sizes_out, _sizes_tensor([payload.numel()], device),
+                                   group=group)
+    sizes = sizes_out.tolist()
     width = max(sizes)
-    padded = torch.zeros(width, dtype=torch.uint8, device=buf.device)
-    padded[: buf.numel()] = buf
-    out = torch.empty(n * width, dtype=torch.uint8, device=buf.device)
-    with _Timed(cost, "comm_s"):
+    padded = payload
+    if payload.numel() < width:
+        padded = torch.zeros(width, dtype=U8, device=device)
+        padded[: payload.numel()] = payload
+    out = torch.empty(n * width, dtype=U8, device=device)
+    with Timed(cost, "comm_s", device):
         raw.all_gather_into_tensor(out, padded, group=group)
     cost.bytes_out += width
-    return [out[i * width : i * width + s] for i, s in enumerate(sizes)]
+    return [out[i * width: i * width + s] for i, s in enumerate(sizes)]
 
 
-def exchange_payloads(raw, bufs: list[torch.Tensor], group, cost: Cost) -> list[torch.Tensor]:
-    """All-to-all of one variable-length payload per peer (sizes exchanged first)."""
-    n = len(bufs)
-    send_sizes = torch.tensor([b.numel() for b in bufs], dtype=torch.int64)
-    recv_sizes = torch.empty(n, dtype=torch.int64)
-    with _Timed(cost, "comm_s"):
-        raw.all_to_all_single(recv_sizes, send_sizes, group=group)
-    recv = recv_sizes.tolist()
-    out = torch.empty(sum(recv), dtype=torch.uint8, device=bufs[0].device)
-    with _Timed(cost, "comm_s"):
-        raw.all_to_all_single(out, torch.cat(bufs), recv, send_sizes.tolist(), group=group)
-    cost.bytes_out += sum(b.numel() for b in bufs)
-    return list(out.split(recv))
+def encode_chunks(codec: ChunkCodec, count: int, load: Callable[[int], torch.Tensor],
+                  cost: Cost) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+    """Payloads of `count` equal-length chunks, loaded one at a time (so at most one chunk
+    of scratch lives at once): slots of one buffer when fixed, else a list."""
+    send = None
+    payloads: list[torch.Tensor] = []
+    for i in range(count):
+        x = load(i)
+        with Timed(cost, "compress_s", x.device):
+            if codec.fixed is None:
+                payloads.append(codec.encode(x))
+            else:
+                if send is None:
+                    send = torch.empty(count * codec.fixed, dtype=U8, device=x.device)
+                payloads.append(codec.encode(x, out=send[i * codec.fixed:
+                                                         (i + 1) * codec.fixed]))
+    return payloads, send
 
 
-def _sum(tensors: list[torch.Tensor]) -> torch.Tensor:
-    total = tensors[0].clone()
-    for t in tensors[1:]:
-        total += t
-    return total
+# ---- chunk views ------------------------------------------------------------------------
+class Chunks:
+    """A flat segment as n chunks of equal length (the last one zero-padded in scratch),
+    each optionally plus its error-feedback residual."""
+
+    def __init__(self, flat: torch.Tensor, n: int, residual: torch.Tensor | None):
+        self.flat, self.n, self.residual = flat, n, residual
+        self.length = max(1, -(-flat.numel() // n))
+
+    def bounds(self, i: int) -> tuple[int, int]:
+        lo = min(i * self.length, self.flat.numel())
+        return lo, min(lo + self.length, self.flat.numel())
+
+    def full(self, i: int) -> bool:
+        lo, hi = self.bounds(i)
+        return hi - lo == self.length
+
+    def load(self, i: int) -> torch.Tensor:
+        """Chunk i as a chunk-length tensor: a view when possible, else a padded copy."""
+        lo, hi = self.bounds(i)
+        if self.residual is None and self.full(i):
+            return self.flat[lo:hi]
+        buf = torch.zeros(self.length, dtype=self.flat.dtype, device=self.flat.device)
+        buf[: hi - lo] = self.flat[lo:hi]
+        if self.residual is not None:
+            buf[: hi - lo] += self.residual[lo:hi]
+        return buf
+
+    def store(self, i: int, decode: Callable[[torch.Tensor], torch.Tensor],
+              scratch: torch.Tensor) -> None:
+        """Write chunk i from a decoder (straight into place when the chunk is full)."""
+        lo, hi = self.bounds(i)
+        if self.full(i):
+            decode(self.flat[lo:hi])
+        elif hi > lo:
+            self.flat[lo:hi] = decode(scratch)[: hi - lo]
 
 
-def all_reduce_allgather(raw, c: Compressor, x: torch.Tensor, group, n: int,
-                         residual: torch.Tensor | None = None) -> tuple[torch.Tensor, Cost]:
-    """Every rank gathers every compressed tensor and sums them: one round, n x memory."""
+def settle_residual(chunks: Chunks, codec: ChunkCodec, sent: list[torch.Tensor],
+                    results: list[torch.Tensor], scratch: torch.Tensor, cost: Cost) -> None:
+    """Error feedback once the sums are known: residual_i = (x_i + residual_i) minus what
+    payload i carried, unless any result holds NaN/Inf. An fp16 overflow on any rank reaches
+    every rank's result (payloads mark non-finite values), the loss scaler skips that step,
+    and so the residual stays as it was, finite. The check is a device scalar: no sync."""
+    device = scratch.device
+    with Timed(cost, "decompress_s", device):
+        finite = torch.ones((), dtype=torch.bool, device=device)
+        for payload in results:
+            finite &= torch.isfinite(codec.decode(payload, scratch)).all()
+        for i, payload in enumerate(sent):
+            lo, hi = chunks.bounds(i)
+            if hi == lo:
+                continue
+            meant = chunks.load(i)  # a fresh buffer: x_i + residual_i
+            meant -= codec.decode(payload, scratch)
+            old = chunks.residual[lo:hi]
+            old.copy_(torch.where(finite, meant[: hi - lo], old))
+
+
+# ---- all-reduce ---------------------------------------------------------------------------
+def all_reduce(raw, c: Compressor, x: torch.Tensor, group, n: int,
+               residual: torch.Tensor | None = None, algorithm: str = "alltoall",
+               segment_bytes: int = SEGMENT_BYTES) -> Cost:
+    """Sum x over the group in place; with `residual`, error feedback (residual updated)."""
     cost = Cost()
-    buf = _encode(c, x, cost)
-    if residual is not None:
-        residual.copy_(x - _decode(c, buf, cost))
-    parts = [_decode(c, b, cost) for b in gather_payloads(raw, buf, group, n, cost)]
-    return _sum(parts), cost
-
-
-def all_reduce_alltoall(raw, c: Compressor, x: torch.Tensor, group, n: int,
-                        residual: torch.Tensor | None = None) -> tuple[torch.Tensor, Cost]:
-    """Compressed reduce-scatter (all-to-all of chunks), local sum, compressed all-gather."""
-    cost = Cost()
-    flat = x.reshape(-1)
-    chunk = -(-flat.numel() // n)
-    padded = torch.zeros(chunk * n, dtype=x.dtype, device=x.device)
-    padded[: flat.numel()] = flat
-    pieces = list(padded.split(chunk))
-    bufs = [_encode(c, p, cost) for p in pieces]
-    if residual is not None:
-        sent = torch.cat([_decode(c, b, cost) for b in bufs])[: flat.numel()]
-        residual.copy_((flat - sent).view_as(x))
-    received = exchange_payloads(raw, bufs, group, cost)
-    reduced = _sum([_decode(c, b, cost) for b in received])
-    first_phase = cost.bytes_out
-    gathered = gather_payloads(raw, _encode(c, reduced, cost), group, n, cost)
-    full = torch.cat([_decode(c, b, cost) for b in gathered])[: flat.numel()]
-    cost.bytes_out = (first_phase + (cost.bytes_out - first_phase) * n) // 2
-    return full.view_as(x), cost
-
-
-def all_gather_tensor(raw, c: Compressor, x: torch.Tensor, group, n: int
-                      ) -> tuple[list[torch.Tensor], Cost]:
-    cost = Cost()
-    payloads = gather_payloads(raw, _encode(c, x, cost), group, n, cost)
-    return [_decode(c, b, cost) for b in payloads], cost
-
-
-def reduce_scatter(raw, c: Compressor, x: torch.Tensor, group, n: int
-                   ) -> tuple[torch.Tensor, Cost]:
-    """x holds n equal chunks; rank i gets the sum of everyone's chunk i."""
-    cost = Cost()
-    bufs = [_encode(c, p, cost) for p in x.reshape(n, -1)]
-    received = exchange_payloads(raw, bufs, group, cost)
-    return _sum([_decode(c, b, cost) for b in received]), cost
-
-
-def broadcast(raw, c: Compressor, x: torch.Tensor, src: int, me: int, group
-              ) -> tuple[torch.Tensor, Cost]:
-    cost = Cost()
-    buf = _encode(c, x, cost) if me == src else None
-    size = torch.tensor([buf.numel() if buf is not None else 0], dtype=torch.int64)
-    with _Timed(cost, "comm_s"):
-        raw.broadcast(size, src, group=group)
-    if buf is None:
-        buf = torch.empty(int(size), dtype=torch.uint8, device=x.device)
-    with _Timed(cost, "comm_s"):
-        raw.broadcast(buf, src, group=group)
-    cost.bytes_out = buf.numel()
-    return (x if me == src else _decode(c, buf, cost)), cost
-
-
-def send(raw, c: Compressor, x: torch.Tensor, dst: int) -> Cost:
-    cost = Cost()
-    buf = _encode(c, x, cost)
-    with _Timed(cost, "comm_s"):
-        raw.send(torch.tensor([buf.numel()], dtype=torch.int64), dst)
-        raw.send(buf, dst)
-    cost.bytes_out = buf.numel()
+    work = x if x.is_contiguous() else x.contiguous()
+    flat = work.view(-1)
+    res = residual.view(-1) if residual is not None else None
+    step = max(n, segment_bytes_for(x.numel() * x.element_size(), segment_bytes)
+               // x.element_size())
+    step -= step % n
+    segment = _reduce_alltoall if algorithm == "alltoall" else _reduce_allgather
+    for lo in range(0, flat.numel(), step):
+        hi = min(lo + step, flat.numel())
+        segment(raw, c, flat[lo:hi], None if res is None else res[lo:hi], group, n, cost)
+    if work is not x:
+        x.copy_(work)
     return cost
 
 
-def recv(raw, c: Compressor, like: torch.Tensor, src: int) -> tuple[torch.Tensor, Cost]:
+def _reduce_alltoall(raw, c: Compressor, flat: torch.Tensor, res: torch.Tensor | None,
+                     group, n: int, cost: Cost) -> None:
+    chunks = Chunks(flat, n, res)
+    codec = ChunkCodec(c, chunks.length, flat.dtype)
+    device, dtype = flat.device, flat.dtype
+    scratch = torch.empty(chunks.length, dtype=dtype, device=device)
+    payloads, send = encode_chunks(codec, n, chunks.load, cost)
+    received = exchange(raw, payloads, send, codec, group, cost)
+    if res is None:
+        del payloads, send
+    phase1 = cost.bytes_out
+    total = torch.zeros(chunks.length, dtype=torch.float32, device=device)
+    with Timed(cost, "decompress_s", device):
+        for payload in received:  # rank order: the owner's sum is deterministic
+            total += codec.decode(payload, scratch)
+    del received
+    reduced = total if dtype == torch.float32 else total.to(dtype)
+    del total
+    with Timed(cost, "compress_s", device):
+        mine = codec.encode(reduced, out=None if codec.fixed is None else
+                            torch.empty(codec.fixed, dtype=U8, device=device))
+    del reduced
+    gathered = gather(raw, mine, codec, group, n, cost)
+    # on the wire: the all-to-all (one message's worth) plus one payload to n-1 peers,
+    # reported as the per-message average of the two phases
+    cost.bytes_out = phase1 + (cost.bytes_out - phase1) * n
+    cost.bytes_out //= 2
+    if res is not None:
+        settle_residual(chunks, codec, payloads, gathered, scratch, cost)
+        del payloads, send
+    with Timed(cost, "decompress_s", device):
+        for i, payload in enumerate(gathered):
+            chunks.store(i, lambda out, p=payload: codec.decode(p, out), scratch)
+
+
+def _reduce_allgather(raw, c: Compressor, flat: torch.Tensor, res: torch.Tensor | None,
+                      group, n: int, cost: Cost) -> None:
+    device, dtype = flat.device, flat.dtype
+    whole = Chunks(flat, 1, res)
+    codec = ChunkCodec(c, flat.numel(), dtype)
+    scratch = torch.empty_like(flat)
+    payloads, send = encode_chunks(codec, 1, whole.load, cost)
+    gathered = gather(raw, payloads[0], codec, group, n, cost)
+    if res is not None:
+        settle_residual(whole, codec, payloads, gathered, scratch, cost)
+    del payloads, send
+    # two terms sum exactly in their own precision; more need an fp32 accumulator
+    total = flat if n <= 2 or dtype == torch.float32 else torch.empty(
+        flat.numel(), dtype=torch.float32, device=device)
+    with Timed(cost, "decompress_s", device):
+        codec.decode(gathered[0], total if total is flat else scratch)
+        if total is not flat:
+            total.copy_(scratch)
+        for payload in gathered[1:]:
+            total += codec.decode(payload, scratch)
+        if total is not flat:
+            flat.copy_(total)
+
+
+# ---- other collectives ------------------------------------------------------------------
+def all_gather_into(raw, c: Compressor, x: torch.Tensor, outputs: list[torch.Tensor], group,
+                    n: int) -> Cost:
+    """Compressed all-gather: outputs[i] = decoded payload of rank i (own one included)."""
     cost = Cost()
-    size = torch.empty(1, dtype=torch.int64)
-    with _Timed(cost, "comm_s"):
-        raw.recv(size, src)
-        buf = torch.empty(int(size), dtype=torch.uint8, device=like.device)
-        raw.recv(buf, src)
-    cost.bytes_out = buf.numel()
-    return _decode(c, buf, cost).view_as(like), cost
+    codec = ChunkCodec(c, x.numel(), x.dtype)
+    flat = x.contiguous().view(-1)
+    payloads, _ = encode_chunks(codec, 1, lambda i: flat, cost)
+    gathered = gather(raw, payloads[0], codec, group, n, cost)
+    del payloads
+    with Timed(cost, "decompress_s", x.device):
+        for out, payload in zip(outputs, gathered, strict=True):
+            if out.is_contiguous():
+                codec.decode(payload, out.view(-1))
+            else:
+                out.copy_(codec.decode(payload, torch.empty(
+                    x.numel(), dtype=x.dtype, device=x.device)).view_as(out))
+    return cost
+
+
+def reduce_scatter(raw, c: Compressor, x: torch.Tensor, out: torch.Tensor, group,
+                   n: int) -> Cost:
+    """x holds n equal chunks; out = the fp32 sum of everyone's chunk of this rank."""
+    cost = Cost()
+    parts = list(x.contiguous().view(n, -1))
+    codec = ChunkCodec(c, parts[0].numel(), x.dtype)
+    payloads, send = encode_chunks(codec, n, parts.__getitem__, cost)
+    received = exchange(raw, payloads, send, codec, group, cost)
+    del payloads, send
+    scratch = torch.empty(parts[0].numel(), dtype=x.dtype, device=x.device)
+    total = torch.zeros(parts[0].numel(), dtype=torch.float32, device=x.device)
+    with Timed(cost, "decompress_s", x.device):
+        for payload in received:
+            total += codec.decode(payload, scratch)
+    out.copy_(total.view_as(out))
+    return cost
+
+
+def broadcast(raw, c: Compressor, x: torch.Tensor, src: int, me: int, group) -> Cost:
+    """The source sends one payload; every rank, the source too, takes the decoded values."""
+    cost = Cost()
+    device = x.device
+    codec = ChunkCodec(c, x.numel(), x.dtype)
+    flat = x.contiguous().view(-1)
+    if me == src:
+        payload = encode_chunks(codec, 1, lambda i: flat, cost)[0][0]
+    if codec.fixed is not None:
+        if me != src:
+            payload = torch.empty(codec.fixed, dtype=U8, device=device)
+    else:
+        size = _sizes_tensor([payload.numel() if me == src else 0], device)
+        with Timed(cost, "comm_s", device):
+            raw.broadcast(size, src, group=group)
+        if me != src:
+            payload = torch.empty(int(size.item()), dtype=U8, device=device)
+    with Timed(cost, "comm_s", device):
+        raw.broadcast(payload, src, group=group)
+    cost.bytes_out = payload.numel()
+    with Timed(cost, "decompress_s", device):
+        codec.decode(payload, flat)
+    if flat.data_ptr() != x.data_ptr():
+        x.copy_(flat.view_as(x))
+    return cost
+
+
+def send(raw, c: Compressor, x: torch.Tensor, dst: int, group=None) -> Cost:
+    """One payload per message when its size is fixed (else its size goes first)."""
+    cost = Cost()
+    codec = ChunkCodec(c, x.numel(), x.dtype)
+    flat = x.contiguous().view(-1)
+    payloads, _ = encode_chunks(codec, 1, lambda i: flat, cost)
+    with Timed(cost, "comm_s", x.device):
+        if codec.fixed is None:
+            raw.send(_sizes_tensor([payloads[0].numel()], x.device), dst, group=group)
+        raw.send(payloads[0], dst, group=group)
+    cost.bytes_out = payloads[0].numel()
+    return cost
+
+
+def recv(raw, c: Compressor, x: torch.Tensor, src: int, group=None) -> Cost:
+    """Receive a payload from `src` and decode it into x."""
+    cost = Cost()
+    device = x.device
+    codec = ChunkCodec(c, x.numel(), x.dtype)
+    with Timed(cost, "comm_s", device):
+        if codec.fixed is None:
+            size = torch.empty(1, dtype=torch.int64, device=device)
+            raw.recv(size, src, group=group)
+            nbytes = int(size.item())
+        else:
+            nbytes = codec.fixed
+        payload = torch.empty(nbytes, dtype=U8, device=device)
+        raw.recv(payload, src, group=group)
+    cost.bytes_out = nbytes
+    flat = x.view(-1) if x.is_contiguous() else torch.empty(
+        x.numel(), dtype=x.dtype, device=device)
+    with Timed(cost, "decompress_s", device):
+        codec.decode(payload, flat)
+    if flat.data_ptr() != x.data_ptr():
+        x.copy_(flat.view_as(x))
+    return cost

@@ -5,6 +5,7 @@ from __future__ import annotations
 from neoxlab.comm.classify import Classifier, Grid
 from neoxlab.comm.patch import CompressionPatch
 from neoxlab.comm.policy import build_policies
+from neoxlab.comm.strict import strict_from_env
 from neoxlab.config import Config
 from neoxlab.layout import Layout
 
@@ -14,5 +15,7 @@ def install_for_run(cfg: Config, layout: Layout) -> CompressionPatch | None:
     c = cfg.compression
     if not c.patch or c.backend != "framework":
         return None
-    classifier = Classifier(Grid(tp=layout.tp, pp=layout.pp, dp=layout.dp))
-    return CompressionPatch(build_policies(c), classifier, c.allreduce).install()
+    classifier = Classifier(Grid(tp=layout.tp, pp=layout.pp, dp=layout.dp),
+                            hidden_size=cfg.model.hidden_size)
+    return CompressionPatch(build_policies(c), classifier, c.allreduce,
+                            strict_from_env()).install()

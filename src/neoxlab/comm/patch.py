@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from neoxlab.comm import collectives as cc
+from neoxlab.comm import strict
 from neoxlab.comm.accounting import Accountant
 from neoxlab.comm.classify import Classifier
 from neoxlab.comm.policy import DimPolicy
@@ -26,9 +27,11 @@ TORCH_OPS = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatt
              "broadcast", "send", "recv", "reduce_scatter", "all_to_all_single", "reduce",
              "isend", "irecv")
 COMPRESSIBLE = {"all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor",
-                "broadcast", "send", "recv"}
+                "broadcast", "send", "recv", "reduce"}
 FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 SMALL_GROUP = 2  # all-gather-of-compressed beats the two-phase all-reduce up to this size
+SAMPLE_EVERY = 16  # uncompressed CUDA calls: one in this many is timed (events, no sync)
+_CPU = torch.device("cpu")
 
 
 class _State(threading.local):
@@ -41,8 +44,9 @@ _state = _State()
 
 class CompressionPatch:
     def __init__(self, policies: dict[str, DimPolicy], classifier: Classifier,
-                 allreduce: str = "auto"):
+                 allreduce: str = "auto", strict: bool = False):
         self.policies = policies
+        self.strict = strict  # strict-device mode (neoxlab.comm.strict)
         self.classifier = classifier
         self.allreduce = allreduce
         self.accountant = Accountant()
@@ -53,20 +57,32 @@ class CompressionPatch:
         # belong to another bucket); the order of the buckets within a step is fixed.
         self.residuals: dict[tuple[int, int], torch.Tensor] = {}
         self._bucket = 0  # error-feedback all-reduces so far in this step
+        self._loss_scale: float | None = None  # fp16 loss scale the residuals are scaled by
+        self._plain_calls: dict[tuple[str, str], int] = {}
         self.installed: list[tuple[object, str, object]] = []
 
     # ---- training-loop hooks and checkpoint state ----------------------------------------
-    def begin_step(self) -> None:
-        """Called by the training loop before each step: bucket numbering starts over."""
+    def begin_step(self, loss_scale: float | None = None) -> None:
+        """Called before each step: bucket numbering starts over. With fp16 the gradients
+        (hence the residuals) carry the loss scale; when it changes, the residuals are
+        rescaled to the new one."""
         self._bucket = 0
+        if loss_scale is None:
+            return
+        old, self._loss_scale = self._loss_scale, float(loss_scale)
+        if old is not None and old != self._loss_scale:
+            for residual in self.residuals.values():
+                residual.mul_(self._loss_scale / old)
 
     def state_dict(self) -> dict:
         """What a checkpoint must keep for training to continue bit for bit."""
-        return {"residuals": {key: r.detach().cpu().clone() for key, r in self.residuals.items()}}
+        return {"residuals": {key: r.detach().cpu().clone() for key, r in self.residuals.items()},
+                "loss_scale": self._loss_scale}
 
     def load_state_dict(self, state: dict) -> None:
         """Residuals come back on the CPU; each moves to its bucket's device at first use."""
         self.residuals = {tuple(key): r for key, r in state["residuals"].items()}
+        self._loss_scale = state.get("loss_scale")  # the scale the residuals carry
         self._bucket = 0
 
     # ---- installation -------------------------------------------------------------------
@@ -75,14 +91,32 @@ class CompressionPatch:
             original = getattr(dist, name)
             setattr(self.raw, name, original)
             self._replace(dist, name, self._torch_wrapper(name, original))
+        if self.strict:
+            self.raw = strict.checked(self.raw)
         try:
             import deepspeed.comm as ds_comm
+            from deepspeed.runtime.engine import DeepSpeedEngine
         except ImportError:
             return self
+        self._replace(DeepSpeedEngine, "_take_model_step",
+                      self._after_model_step(DeepSpeedEngine._take_model_step))
         for name in TORCH_OPS:
             if hasattr(ds_comm, name):
                 self._replace(ds_comm, name, _deepspeed_wrapper(getattr(ds_comm, name)))
         return self
+
+    def _after_model_step(self, original):
+        """Every DeepSpeed engine (neoxlab's and GPT-NeoX's) ends a step with its optimizer
+        step: the next step starts there, with the loss scale the optimizer left."""
+        patch = self
+
+        @functools.wraps(original)
+        def take_model_step(engine, *args, **kwargs):
+            result = original(engine, *args, **kwargs)
+            patch.begin_step(_loss_scale(engine))
+            return result
+
+        return take_model_step
 
     def uninstall(self) -> None:
         for module, name, original in reversed(self.installed):
@@ -117,94 +151,124 @@ class CompressionPatch:
         me = dist.get_rank()
         if name in ("send", "recv", "isend", "irecv"):
             peer = a.get("dst") if name in ("send", "isend") else a.get("src")
-            dim = self.classifier.p2p(me, peer, numel)
+            dim = self.classifier.p2p(me, peer, numel) if peer is not None else "other"
             group_size = 2
         else:
             ranks = _group_ranks(a.get("group"))
-            dim = self.classifier.collective(name, ranks, numel)
+            shape = tuple(tensor.shape) if tensor is not None else ()
+            dim = self.classifier.collective(name, ranks, numel, shape)
             group_size = len(ranks)
         policy = self.policies.get(dim)
         nbytes = tensor.numel() * tensor.element_size() if tensor is not None else 0
         compress = (
             policy is not None and policy.active and name in COMPRESSIBLE
             and tensor is not None and tensor.dtype in FLOATS and nbytes >= policy.min_bytes
-            and not a.get("async_op", False) and group_size > 1 and _sum_op(name, a)
+            and group_size > 1 and _sum_op(name, a)
         )
         via_ds = _state.via_deepspeed > 0
         if not compress:
-            cost = cc.Cost(bytes_out=nbytes)
-            with cc._Timed(cost, "comm_s"):
-                result = original(**a)
-            self.accountant.record(dim, name, bytes_in=nbytes, bytes_out=nbytes,
-                                   comm_s=cost.comm_s, group_size=group_size,
-                                   via_deepspeed=via_ds)
-            return result
-        cost = getattr(self, f"_{name}")(policy, a, group_size)
+            return self._plain(name, original, a, dim, nbytes, group_size, via_ds, tensor)
+        with strict.payload_device(tensor.device, self.strict):
+            cost = getattr(self, f"_{name}")(policy, a, group_size)
         self.accountant.record(
             dim, name, bytes_in=nbytes, bytes_out=cost.bytes_out, comm_s=cost.comm_s,
             group_size=group_size, compressor=policy.compressor.describe(),
             compress_s=cost.compress_s, decompress_s=cost.decompress_s, via_deepspeed=via_ds,
+            pending=cost,
         )
-        return None
+        # the work ran on the caller's stream, so it is already ordered before whatever the
+        # caller queues after wait(): an async caller gets a finished Work
+        return CompletedWork() if a.get("async_op", False) else None
 
-    # ---- compressed implementations (synchronous; async calls never get here) -------------
+    def _plain(self, name: str, original, a: dict, dim: str, nbytes: int, group_size: int,
+               via_ds: bool, tensor: torch.Tensor | None):
+        """The engine's own call, untouched: no copy, no sync. CPU calls are timed by the
+        host clock; CUDA calls by events on one call in SAMPLE_EVERY (scaled up)."""
+        cuda = tensor is not None and tensor.device.type == "cuda"
+        stats_key = (dim, name)
+        self._plain_calls[stats_key] = calls = self._plain_calls.get(stats_key, 0) + 1
+        if a.get("async_op", False) or (cuda and calls % SAMPLE_EVERY != 1):
+            result = original(**a)
+            self.accountant.record(dim, name, bytes_in=nbytes, bytes_out=nbytes, comm_s=0.0,
+                                   group_size=group_size, via_deepspeed=via_ds)
+            return result
+        cost = cc.Cost()
+        with cc.Timed(cost, "comm_s", tensor.device if tensor is not None else _CPU):
+            result = original(**a)
+        self.accountant.record(dim, name, bytes_in=nbytes, bytes_out=nbytes,
+                               comm_s=cost.comm_s, group_size=group_size,
+                               via_deepspeed=via_ds, pending=cost,
+                               weight=SAMPLE_EVERY if cuda else 1)
+        return result
+
+    # ---- compressed implementations -----------------------------------------------------
+    def _residual(self, policy: DimPolicy, x: torch.Tensor) -> torch.Tensor | None:
+        """This bucket's error-feedback residual (created at zero on first use)."""
+        if not policy.error_feedback:
+            return None
+        key = (self._bucket, x.numel())
+        self._bucket += 1
+        residual = self.residuals.get(key)
+        if residual is None or residual.shape != x.shape or residual.dtype != x.dtype:
+            residual = self.residuals[key] = torch.zeros_like(x)
+        elif residual.device != x.device:
+            residual = self.residuals[key] = residual.to(x.device)
+        return residual
+
     def _all_reduce(self, policy: DimPolicy, a: dict, n: int) -> cc.Cost:
-        x, group = a["tensor"], a["group"]
-        residual = None
-        if policy.error_feedback:
-            key = (self._bucket, x.numel())
-            self._bucket += 1
-            residual = self.residuals.get(key)
-            if residual is None or residual.shape != x.shape or residual.dtype != x.dtype:
-                residual = self.residuals[key] = torch.zeros_like(x)
-            elif residual.device != x.device:
-                residual = self.residuals[key] = residual.to(x.device)
-            x = x + residual
+        x = a["tensor"]
         algorithm = self.allreduce
         if algorithm == "auto":
             algorithm = "allgather" if n <= SMALL_GROUP else "alltoall"
-        if algorithm == "allgather":
-            result, cost = cc.all_reduce_allgather(self.raw, policy.compressor, x, group, n,
-                                                   residual)
-        else:
-            result, cost = cc.all_reduce_alltoall(self.raw, policy.compressor, x, group, n,
-                                                  residual)
-        a["tensor"].copy_(result)
-        return cost
+        return cc.all_reduce(self.raw, policy.compressor, x, a["group"], n,
+                             self._residual(policy, x), algorithm)
+
+    def _reduce(self, policy: DimPolicy, a: dict, n: int) -> cc.Cost:
+        """A compressed reduce runs as the compressed all-reduce: the destination gets the
+        same decoded sum (the other ranks get it too, which torch leaves unspecified)."""
+        return self._all_reduce(policy, a, n)
 
     def _all_gather_into_tensor(self, policy: DimPolicy, a: dict, n: int) -> cc.Cost:
-        parts, cost = cc.all_gather_tensor(self.raw, policy.compressor, a["input_tensor"],
-                                           a["group"], n)
-        a["output_tensor"].copy_(torch.cat([p.reshape(-1) for p in parts]).view_as(
-            a["output_tensor"]))
+        out = a["output_tensor"]
+        x = a["input_tensor"]
+        flat = out.view(-1) if out.is_contiguous() else out.reshape(-1)
+        views = list(flat.split(x.numel()))
+        cost = cc.all_gather_into(self.raw, policy.compressor, x, views, a["group"], n)
+        if not out.is_contiguous():
+            out.copy_(flat.view_as(out))
         return cost
 
     def _all_gather(self, policy: DimPolicy, a: dict, n: int) -> cc.Cost:
-        parts, cost = cc.all_gather_tensor(self.raw, policy.compressor, a["tensor"],
-                                           a["group"], n)
-        for out, part in zip(a["tensor_list"], parts, strict=True):
-            out.copy_(part)
-        return cost
+        return cc.all_gather_into(self.raw, policy.compressor, a["tensor"], a["tensor_list"],
+                                  a["group"], n)
 
     def _reduce_scatter_tensor(self, policy: DimPolicy, a: dict, n: int) -> cc.Cost:
-        result, cost = cc.reduce_scatter(self.raw, policy.compressor, a["input"], a["group"], n)
-        a["output"].copy_(result.view_as(a["output"]))
-        return cost
+        return cc.reduce_scatter(self.raw, policy.compressor, a["input"], a["output"],
+                                 a["group"], n)
 
     def _broadcast(self, policy: DimPolicy, a: dict, n: int) -> cc.Cost:
-        result, cost = cc.broadcast(self.raw, policy.compressor, a["tensor"], a["src"],
-                                    dist.get_rank(), a["group"])
-        if result is not a["tensor"]:
-            a["tensor"].copy_(result)
-        return cost
+        return cc.broadcast(self.raw, policy.compressor, a["tensor"], a["src"],
+                            dist.get_rank(), a["group"])
 
     def _send(self, policy: DimPolicy, a: dict, n: int) -> cc.Cost:
-        return cc.send(self.raw, policy.compressor, a["tensor"], a["dst"])
+        return cc.send(self.raw, policy.compressor, a["tensor"], a["dst"], a.get("group"))
 
     def _recv(self, policy: DimPolicy, a: dict, n: int) -> cc.Cost:
-        result, cost = cc.recv(self.raw, policy.compressor, a["tensor"], a["src"])
-        a["tensor"].copy_(result)
-        return cost
+        return cc.recv(self.raw, policy.compressor, a["tensor"], a["src"], a.get("group"))
+
+
+class CompletedWork(dist.Work):
+    """The handle of an async collective that the patch ran to completion on the caller's
+    stream: wait() has nothing left to order."""
+
+    def wait(self, timeout=None) -> bool:
+        return True
+
+    def is_completed(self) -> bool:
+        return True
+
+    def is_success(self) -> bool:
+        return True
 
 
 def _deepspeed_wrapper(original):
@@ -217,6 +281,15 @@ def _deepspeed_wrapper(original):
             _state.via_deepspeed -= 1
 
     return wrapper
+
+
+def _loss_scale(engine) -> float | None:
+    """The fp16 loss scale of a DeepSpeed engine (None under fp32/bf16)."""
+    if not getattr(engine, "fp16_enabled", lambda: False)():
+        return None
+    getter = getattr(engine, "_get_optimizer_loss_scale", None)
+    scale = getter() if getter is not None else None
+    return float(scale) if scale is not None else None
 
 
 def _main_tensor(name: str, a: dict) -> torch.Tensor | None:
@@ -235,6 +308,6 @@ def _group_ranks(group) -> frozenset[int]:
 
 def _sum_op(name: str, a: dict) -> bool:
     """Only sums are compressed; MAX/MIN/PRODUCT reductions must stay exact."""
-    if name not in ("all_reduce", "reduce_scatter_tensor"):
+    if name not in ("all_reduce", "reduce_scatter_tensor", "reduce"):
         return True
     return a.get("op", dist.ReduceOp.SUM) == dist.ReduceOp.SUM

@@ -91,12 +91,21 @@ def validate_compression(cfg: Config) -> list[str]:
     return errors
 
 
+MPI_REFUSAL = (
+    "compression.backend=mpi is refused: no launcher exports the MPI library's compression "
+    "switches and torch gets no MPI process group, so the run would be an uncompressed "
+    "baseline under a compressed label; use compression.backend=framework (neoxlab's "
+    "compressed collectives over gloo/NCCL) with the same dims")
+
+
 def _validate_mpi(c: CompressionConfig) -> list[str]:
     used = {d.compressor for d in c.dims.values() if d.compressor != "none"}
     bad = sorted(used - set(MPI_ALGORITHMS))
+    errors = [MPI_REFUSAL] if used else []
     if bad:
-        return [f"compression.backend=mpi supports only {list(MPI_ALGORITHMS)}, not {bad}"]
-    return []
+        errors.append(f"compression.backend=mpi supports only {list(MPI_ALGORITHMS)}, "
+                      f"not {bad}")
+    return errors
 
 
 def mpi_environment(c: CompressionConfig) -> dict[str, str]:

@@ -1,20 +1,23 @@
-"""Compressed collectives through neoxlab.compress, built for measurement, not for speed.
+"""Compressed collectives for the micro-benchmarks: the very implementation training uses.
 
-allreduce = encode, all-gather the encoded buffers (sizes first), decode all, sum locally in
-rank order; allgather = all-gather of encoded buffers; reduce_scatter = all-to-all of encoded
-chunks, decode, sum; bcast = broadcast of the encoded buffer (size first); latency =
-ping-pong of encoded buffers. The timed call includes encoding and decoding, so latency and
-bandwidth are effective values on the uncompressed bytes.
+Every op calls neoxlab.comm.collectives (fixed-size payloads, one all-to-all plus one
+all-gather for all-reduces, decoded-everywhere broadcast, one payload per message), over
+torch.distributed for the torch backend and over mpi4py, behind the same torch.distributed-
+shaped surface (MpiRaw), for the MPI backend. The timed call includes encoding and decoding,
+so latency and bandwidth are effective values on the uncompressed bytes.
 
 Validation: lossless compressors must reproduce the uncompressed result bit for bit. A
 lossy result passes when every element is within the sum, over the contributions that make
 it, of that contribution's largest round-trip error |decode(encode(x)) - x| (each rank
 recomputes it locally from the known input), plus float rounding of the summation
-(n * eps * sum of max |x|). Misrouted or corrupted data lands far outside that bound.
+(n * eps * sum of max |x|). The all-to-all all-reduce of groups above two ranks re-encodes
+the sums once more, so its bound adds the sum's own round-trip error, and doubles the whole
+because chunks are encoded on their own. Misrouted or corrupted data lands far outside.
 """
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -49,11 +52,30 @@ class Tolerance:
 
             x = self.ctx.patterns.data(count, seed, it)[start:None if length is None
                                                           else start + length]
-            comp = self.ctx.compressor
             t = torch.from_numpy(x.copy()).to(self.ctx.kind.dev)  # same device as the run
-            y = comp.decode(comp.encode(t)).cpu().numpy().reshape(-1)
+            y = self.roundtrip(t)
             err = float(np.abs(y.astype(np.float64) - x).max()) if x.size else 0.0
             self.cache[key] = (err, float(np.abs(x).max()) if x.size else 0.0)
+        return self.cache[key]
+
+    def roundtrip(self, t: Any) -> np.ndarray:
+        """decode(encode(t)) as the collectives send it: a fixed-size payload where the
+        codec has one (it never falls back to raw bytes), else a self-describing buffer."""
+        from neoxlab.comm.payload import ChunkCodec
+
+        codec = ChunkCodec(self.ctx.compressor, t.numel(), t.dtype)
+        return codec.decode(codec.encode(t), t.clone()).cpu().numpy().reshape(-1)
+
+    def total_error(self, count: int, n: int, it: int) -> float:
+        """Round-trip error of the exact sum over n ranks (the re-encoded sum's error)."""
+        key = ("total", count, n, it % SMOOTH_PERIOD)
+        if key not in self.cache:
+            import torch
+
+            x = self.ctx.patterns.total(count, list(range(n)), it)
+            t = torch.from_numpy(np.ascontiguousarray(x).astype(self.ctx.dt.numpy))
+            y = self.roundtrip(t.to(self.ctx.kind.dev))
+            self.cache[key] = float(np.abs(y.astype(np.float64) - x).max()) if x.size else 0.0
         return self.cache[key]
 
     def bound(self, parts: list[tuple[float, float]]) -> float | None:
@@ -63,15 +85,51 @@ class Tolerance:
         return sum(e for e, _ in parts) + len(parts) * self.eps * sum(m for _, m in parts) * 2
 
 
-def _u8(ctx: Ctx, nbytes: int):
-    import torch
+class MpiRaw:
+    """torch.distributed's collective signatures over an mpi4py communicator, for the
+    payload-sized uint8 and int64 tensors compressed collectives exchange (host tensors
+    through NumPy views; device tensors as they are, for a CUDA-aware MPI)."""
 
-    return torch.empty(nbytes, dtype=torch.uint8, device=ctx.kind.dev)
+    def __init__(self, comm: Any):
+        from mpi4py import MPI
+
+        self.comm, self.MPI = comm, MPI
+
+    @staticmethod
+    def _buf(t: Any) -> Any:
+        return t.numpy() if t.device.type == "cpu" else t
+
+    def all_gather_into_tensor(self, output, input, group=None, async_op=False):
+        self.comm.Allgather(self._buf(input), self._buf(output))
+
+    def all_to_all_single(self, output, input, output_split_sizes=None,
+                          input_split_sizes=None, group=None, async_op=False):
+        if output_split_sizes is None:
+            self.comm.Alltoall(self._buf(input), self._buf(output))
+            return
+        sd = np.cumsum([0, *input_split_sizes[:-1]]).tolist()
+        rd = np.cumsum([0, *output_split_sizes[:-1]]).tolist()
+        self.comm.Alltoallv([self._buf(input), (list(input_split_sizes), sd), self.MPI.BYTE],
+                            [self._buf(output), (list(output_split_sizes), rd), self.MPI.BYTE])
+
+    def broadcast(self, tensor, src, group=None, async_op=False):
+        self.comm.Bcast(self._buf(tensor), root=src)
+
+    def send(self, tensor, dst, group=None, tag=0):
+        self.comm.Send(self._buf(tensor), dest=dst, tag=7)
+
+    def recv(self, tensor, src=None, group=None, tag=0):
+        self.comm.Recv(self._buf(tensor), source=src, tag=7)
 
 
-def _capacity(ctx: Ctx, count: int) -> int:
-    """Bytes to preallocate for one encoded buffer of `count` elements."""
-    return int(ctx.compressor.max_encoded_bytes(count, ctx.kind.torch_dtype(ctx.dt)))
+def raw_collectives(ctx: Ctx) -> Any:
+    """The plain collectives the compressed ones run on, for this run's backend."""
+    if ctx.backend.name == "mpi":
+        return MpiRaw(ctx.backend.comm)
+    import torch.distributed as dist
+
+    return SimpleNamespace(**{op: getattr(dist, op) for op in (
+        "all_gather_into_tensor", "all_to_all_single", "broadcast", "send", "recv")})
 
 
 def _fillers(ctx: Ctx, x, res, injector: int):
@@ -91,23 +149,23 @@ def _check(ctx: Ctx, got, expected: np.ndarray, tol: float | None) -> bool:
 
 
 def allreduce(ctx: Ctx, count: int) -> Op:
-    comp, be, n, tol = ctx.compressor, ctx.backend, ctx.size, Tolerance(ctx)
-    cap = _capacity(ctx, count)
+    from neoxlab.comm import collectives as cc
+    from neoxlab.comm.patch import SMALL_GROUP
+
+    comp, n, tol, raw = ctx.compressor, ctx.size, Tolerance(ctx), raw_collectives(ctx)
+    algorithm = "allgather" if n <= SMALL_GROUP else "alltoall"
     x, res = ctx.alloc(count), ctx.alloc(count)
-    out, pad = _u8(ctx, n * cap), _u8(ctx, cap)
     counters = {"bytes": count * ctx.dt.itemsize, "wire": 0}
 
     def call() -> None:
-        enc = comp.encode(x)
-        parts = be.allgatherv_bytes(enc, out, pad)
-        res.copy_(comp.decode(parts[0]).reshape(-1))
-        for p in parts[1:]:
-            res.add_(comp.decode(p).reshape(-1))
-        counters["wire"] = int(enc.numel())
+        res.copy_(x)
+        counters["wire"] = cc.all_reduce(raw, comp, res, None, n, algorithm=algorithm).bytes_out
 
     def check(it: int) -> bool:
         expected = ctx.patterns.total(count, list(range(n)), it)
         bound = tol.bound([tol.error(count, j, it) for j in range(n)])
+        if bound is not None and algorithm == "alltoall":
+            bound = 2 * (bound + tol.total_error(count, n, it))
         return _check(ctx, res, expected, bound)
 
     fill, prime = _fillers(ctx, x, res, injector=n - 1)
@@ -115,18 +173,15 @@ def allreduce(ctx: Ctx, count: int) -> Op:
 
 
 def allgather(ctx: Ctx, count: int) -> Op:
-    comp, be, n, tol = ctx.compressor, ctx.backend, ctx.size, Tolerance(ctx)
-    cap = _capacity(ctx, count)
+    from neoxlab.comm import collectives as cc
+
+    comp, n, tol, raw = ctx.compressor, ctx.size, Tolerance(ctx), raw_collectives(ctx)
     x, res = ctx.alloc(count), ctx.alloc(count * n)
-    out, pad = _u8(ctx, n * cap), _u8(ctx, cap)
     blocks = list(res.split(count))
     counters = {"bytes": count * ctx.dt.itemsize, "wire": 0}
 
     def call() -> None:
-        enc = comp.encode(x)
-        for block, p in zip(blocks, be.allgatherv_bytes(enc, out, pad), strict=True):
-            block.copy_(comp.decode(p).reshape(-1))
-        counters["wire"] = int(enc.numel())
+        counters["wire"] = cc.all_gather_into(raw, comp, x, blocks, None, n).bytes_out
 
     def check(it: int) -> bool:
         got = res.detach().cpu().numpy()
@@ -143,22 +198,17 @@ def allgather(ctx: Ctx, count: int) -> Op:
 
 def reduce_scatter(ctx: Ctx, count: int) -> Op:
     """Equal blocks (input padded up to a multiple of the rank count, as torch needs)."""
-    comp, be, n, rank, tol = ctx.compressor, ctx.backend, ctx.size, ctx.rank, Tolerance(ctx)
+    from neoxlab.comm import collectives as cc
+
+    comp, n, rank, tol = ctx.compressor, ctx.size, ctx.rank, Tolerance(ctx)
+    raw = raw_collectives(ctx)
     block = max(1, -(-count // n))
     total = block * n
-    cap = _capacity(ctx, block)
     x, res = ctx.alloc(total), ctx.alloc(block)
-    chunks = list(x.split(block))
-    send, out = _u8(ctx, n * cap), _u8(ctx, n * cap)
     counters = {"bytes": total * ctx.dt.itemsize, "wire": 0}
 
     def call() -> None:
-        encs = [comp.encode(c) for c in chunks]
-        parts = be.alltoallv_bytes(encs, send, out)
-        res.copy_(comp.decode(parts[0]).reshape(-1))
-        for p in parts[1:]:
-            res.add_(comp.decode(p).reshape(-1))
-        counters["wire"] = sum(int(e.numel()) for e in encs)
+        counters["wire"] = cc.reduce_scatter(raw, comp, x, res, None, n).bytes_out
 
     def check(it: int) -> bool:
         expected = ctx.patterns.total(total, list(range(n)), it, rank * block, block)
@@ -170,20 +220,17 @@ def reduce_scatter(ctx: Ctx, count: int) -> Op:
 
 
 def bcast(ctx: Ctx, count: int) -> Op:
-    comp, be, tol = ctx.compressor, ctx.backend, Tolerance(ctx)
-    cap = _capacity(ctx, count)
+    """The root takes the decoded values too (replicas stay identical), as in training."""
+    from neoxlab.comm import collectives as cc
+
+    comp, tol, raw = ctx.compressor, Tolerance(ctx), raw_collectives(ctx)
     root = ctx.rank == ROOT
     x = ctx.alloc(count)
-    out = _u8(ctx, cap)
     counters = {"bytes": count * ctx.dt.itemsize if root else 0, "wire": 0}
 
     def call() -> None:
-        if root:
-            enc = comp.encode(x)
-            be.bcast_bytes(enc, out, ROOT)
-            counters["wire"] = int(enc.numel())
-        else:
-            x.copy_(comp.decode(be.bcast_bytes(None, out, ROOT)).reshape(-1))
+        wire = cc.broadcast(raw, comp, x, ROOT, ctx.rank, None).bytes_out
+        counters["wire"] = wire if root else 0
 
     def fill(it: int) -> None:
         if root:
@@ -195,8 +242,6 @@ def bcast(ctx: Ctx, count: int) -> Op:
         ctx.write(x, ctx.patterns.data(count, ROOT, 0))
 
     def check(it: int) -> bool:
-        if root:
-            return True
         expected = ctx.patterns.data(count, ROOT, it)
         return _check(ctx, x, expected, tol.bound([tol.error(count, ROOT, it)]))
 
@@ -204,23 +249,21 @@ def bcast(ctx: Ctx, count: int) -> Op:
 
 
 def latency(ctx: Ctx, count: int) -> Op:
+    from neoxlab.comm import collectives as cc
+
     from .pt2pt import peer_of
 
-    comp, be, tol = ctx.compressor, ctx.backend, Tolerance(ctx)
-    cap = _capacity(ctx, count)
+    comp, tol, raw = ctx.compressor, Tolerance(ctx), raw_collectives(ctx)
     peer = peer_of(ctx.rank, ctx.size)
     first = ctx.rank < peer
     x, res = ctx.alloc(count), ctx.alloc(count)
-    out = _u8(ctx, cap)
     counters = {"bytes": count * ctx.dt.itemsize, "wire": 0}
 
     def send() -> None:
-        enc = comp.encode(x)
-        be.send_bytes(enc, peer)
-        counters["wire"] = int(enc.numel())
+        counters["wire"] = cc.send(raw, comp, x, peer).bytes_out
 
     def recv() -> None:
-        res.copy_(comp.decode(be.recv_bytes(out, peer)).reshape(-1))
+        cc.recv(raw, comp, res, peer)
 
     def call() -> None:
         if first:
