@@ -49,8 +49,9 @@ def run(cfg: Config, run_dir: Path, comm, terminal) -> int:
 
 
 def main(run_dir: Path) -> int:
-    from mpi4py import MPI
+    from neoxlab.omb.mpistart import start_mpi
 
+    MPI = start_mpi(None)  # thread level single, as OSU (and the CLI) run
     from neoxlab.rankjob import record_failure, redirect_output
 
     cfg = rundir.load_config(run_dir)
