@@ -8,17 +8,20 @@
  *   allreduce MPI_Allreduce of floats with MPI_SUM; each rank's average time per call,
  *             then the average (min, max) over ranks.
  *
- * Sizes are powers of two from MIN to MAX (latency: 0 first when MIN is 0). Sizes above
- * 8192 bytes use the "large" counts: latency 10000/100 (iterations/warm-up) below, 1000/10
- * above; allreduce 1000/100 and 100/10. -i/-x override both.
- * Timing matches neoxlab.omb.timing.measure (the Python loop without --validate/--barrier):
- * warm-up calls, a barrier, then one clock around all timed calls.
+ * Sizes are powers of two from MIN to MAX (latency: 0 first when MIN is 0; allreduce skips
+ * sizes below one float, as OSU skips sizes that hold no element). Sizes above 8192 bytes
+ * use the "large" counts: latency 10000/100 (iterations/warm-up) below, 1000/10 above;
+ * allreduce 1000/100 and 100/10. -i/-x override both.
+ * Timing matches neoxlab.omb.timing.measure. Default, as OSU 7.4: a barrier, then a clock
+ * around each call (allreduce: followed by a barrier outside the clock; latency: around
+ * each round trip on rank 0), summed over the timed calls. -L: one clock around the whole
+ * timed loop after a barrier (neoxlab.omb --timing loop).
  *
  * Output: an OSU-layout table (title and "# Size" header lines, size left-aligned in 10
  * columns, values right-aligned in 20), which neoxlab.omb.report.parse_table reads.
  *
  *   mpiexec -n 2 omb_native latency|allreduce [-m [MIN:]MAX] [-i ITERS] [-x WARMUP] [-f]
- *                                             [-p DIGITS] [-t THREAD_LEVEL]
+ *                                             [-p DIGITS] [-t THREAD_LEVEL] [-L]
  *
  * -p: decimals (OSU prints 2). -t single|funneled|serialized|multiple: the thread level
  * asked of MPI_Init_thread (default single, as OSU's MPI_Init); mpi4py asks for multiple
@@ -42,6 +45,7 @@ struct options {
     long iterations, warmup; /* -1: the defaults for each size */
     int full, digits;
     int thread_level;
+    int loop_timed; /* -L: one clock around the loop instead of one per call */
 };
 
 static int rank, nranks;
@@ -115,7 +119,7 @@ static int requested_level(int argc, char **argv)
 static int parse_options(int argc, char **argv, struct options *o)
 {
     const char *usage = "usage: omb_native latency|allreduce [-m [MIN:]MAX] [-i ITERS] "
-                        "[-x WARMUP] [-f] [-p DIGITS] [-t THREAD_LEVEL]";
+                        "[-x WARMUP] [-f] [-p DIGITS] [-t THREAD_LEVEL] [-L]";
     if (argc < 2)
         return fail("no benchmark given", usage);
     if (strcmp(argv[1], "latency") == 0)
@@ -128,11 +132,16 @@ static int parse_options(int argc, char **argv, struct options *o)
     o->max_size = o->allreduce ? 1L << 20 : 4L << 20;
     o->iterations = o->warmup = -1;
     o->full = 0;
+    o->loop_timed = 0;
     o->digits = 2;
     for (int a = 2; a < argc; a++) {
         const char *arg = argv[a], *val = a + 1 < argc ? argv[a + 1] : NULL;
         if (strcmp(arg, "-f") == 0) {
             o->full = 1;
+            continue;
+        }
+        if (strcmp(arg, "-L") == 0) {
+            o->loop_timed = 1;
             continue;
         }
         if (!val)
@@ -162,8 +171,10 @@ static int parse_options(int argc, char **argv, struct options *o)
     if (!is_pow2(o->max_size) || o->min_size > o->max_size)
         return fail("the maximum size is not a power of two at or above the minimum",
                     "use e.g. -m 4:64");
+    if (o->allreduce && o->max_size < item)
+        return fail("an allreduce message holds at least one float (4 bytes)", "use -m 1:4 or more");
     if (o->allreduce && o->min_size < item)
-        return fail("an allreduce message holds at least one float (4 bytes)", "use -m 4:MAX");
+        o->min_size = item; /* as OSU: sizes that hold no element are skipped */
     if (!o->allreduce && nranks != 2)
         return fail("latency runs on exactly two ranks", "launch with mpiexec -n 2");
     if (o->allreduce && nranks < 2)
@@ -188,15 +199,18 @@ static void counts_for(const struct options *o, long size, long *iters, long *wa
 }
 
 /* Seconds for `iters` ping-pongs after `warm` untimed ones; meaningful on rank 0. */
-static double pingpong(char *sbuf, char *rbuf, long size, long iters, long warm)
+static double pingpong(char *sbuf, char *rbuf, long size, long iters, long warm, int loop)
 {
-    double t0 = 0.0;
+    double t0 = 0.0, total = 0.0;
     int peer = 1 - rank;
+    MPI_Barrier(MPI_COMM_WORLD);
     for (long i = 0; i < warm + iters; i++) {
-        if (i == warm) {
+        if (loop && i == warm) {
             MPI_Barrier(MPI_COMM_WORLD);
             t0 = MPI_Wtime();
         }
+        if (!loop && i >= warm)
+            t0 = MPI_Wtime();
         if (rank == 0) {
             MPI_Send(sbuf, (int)size, MPI_CHAR, peer, TAG, MPI_COMM_WORLD);
             MPI_Recv(rbuf, (int)size, MPI_CHAR, peer, TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
@@ -204,19 +218,34 @@ static double pingpong(char *sbuf, char *rbuf, long size, long iters, long warm)
             MPI_Recv(rbuf, (int)size, MPI_CHAR, peer, TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
             MPI_Send(sbuf, (int)size, MPI_CHAR, peer, TAG, MPI_COMM_WORLD);
         }
+        if (!loop && i >= warm)
+            total += MPI_Wtime() - t0;
     }
-    return MPI_Wtime() - t0; /* iters >= 1, so t0 was set */
+    return loop ? MPI_Wtime() - t0 : total; /* iters >= 1, so t0 was set */
 }
 
-static double allreduce(float *sbuf, float *rbuf, long count, long iters, long warm)
+static double allreduce(float *sbuf, float *rbuf, long count, long iters, long warm, int loop)
 {
-    for (long i = 0; i < warm; i++)
-        MPI_Allreduce(sbuf, rbuf, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    double total = 0.0;
     MPI_Barrier(MPI_COMM_WORLD);
-    double t0 = MPI_Wtime();
-    for (long i = 0; i < iters; i++)
+    if (loop) {
+        for (long i = 0; i < warm; i++)
+            MPI_Allreduce(sbuf, rbuf, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = MPI_Wtime();
+        for (long i = 0; i < iters; i++)
+            MPI_Allreduce(sbuf, rbuf, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        return MPI_Wtime() - t0;
+    }
+    for (long i = 0; i < warm + iters; i++) {
+        double t0 = MPI_Wtime();
         MPI_Allreduce(sbuf, rbuf, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    return MPI_Wtime() - t0;
+        double t1 = MPI_Wtime();
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (i >= warm)
+            total += t1 - t0;
+    }
+    return total;
 }
 
 /* One space for each run of blanks: MPICH pads "Version:" with tabs and spaces. */
@@ -241,6 +270,8 @@ static void print_header(const struct options *o)
     printf("# neoxlab native (C) MPI %s Test, OSU conventions\n",
            o->allreduce ? "Allreduce Latency" : "Latency");
     printf("# %d ranks, thread level %s, %s\n", nranks, level_name(o->thread_level), lib);
+    printf("# Timing: %s\n", o->loop_timed ? "one clock around all timed calls"
+                                            : "a clock around each call, as OSU 7.4");
     printf("# Datatype: %s.\n", o->allreduce ? "MPI_FLOAT" : "MPI_CHAR");
     printf("%-*s%*s", SIZE_WIDTH, "# Size", FIELD_WIDTH, "Avg Latency(us)");
     if (o->full)
@@ -279,12 +310,16 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return err;
     }
-    /* calloc: zero data, as the Python benchmark's unvalidated buffers */
-    void *sbuf = calloc((size_t)o.max_size + 1, 1), *rbuf = calloc((size_t)o.max_size + 1, 1);
-    if (!sbuf || !rbuf) {
+    /* page-aligned and written once, as OSU's buffers: calloc'd pages left untouched map
+     * to the shared zero page until first written, which times differently */
+    void *sbuf = NULL, *rbuf = NULL;
+    size_t bytes = (size_t)o.max_size + 1;
+    if (posix_memalign(&sbuf, 4096, bytes) || posix_memalign(&rbuf, 4096, bytes)) {
         fprintf(stderr, "omb_native: rank %d cannot allocate %ld bytes\n", rank, o.max_size);
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
+    memset(sbuf, 0, bytes);
+    memset(rbuf, 0, bytes);
     if (rank == 0)
         print_header(&o);
     long size = o.min_size;
@@ -293,10 +328,11 @@ int main(int argc, char **argv)
         counts_for(&o, size, &iters, &warm);
         double us;
         if (o.allreduce) {
-            double s = allreduce(sbuf, rbuf, size / (long)sizeof(float), iters, warm);
+            double s = allreduce(sbuf, rbuf, size / (long)sizeof(float), iters, warm,
+                                 o.loop_timed);
             us = s * 1e6 / (double)iters;
         } else {
-            double s = pingpong(sbuf, rbuf, size, iters, warm);
+            double s = pingpong(sbuf, rbuf, size, iters, warm, o.loop_timed);
             us = s * 1e6 / (2.0 * (double)iters);
         }
         report(&o, size, iters, us, o.allreduce || rank == 0);

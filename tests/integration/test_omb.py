@@ -55,6 +55,7 @@ def test_latency_validated_json(buffer):
     doc = omb_json(2, "latency", "--buffer", buffer, "-m", "0:4096", "-i", "20", "-x", "2",
                    "--validate", "--full")
     assert (doc["benchmark"], doc["buffer"], doc["world_size"]) == ("latency", buffer, 2)
+    assert (doc["thread_level"], doc["timing"]) == ("single", "osu")  # OSU's, by default
     assert_all_pass(doc, [0] + powers(1, 4096))
     assert all(r["iterations"] == 20 for r in doc["rows"])
 
@@ -106,10 +107,24 @@ def test_every_collective_validates_and_catches_a_corrupted_element():
 
 def test_collective_cli_with_bytearray_and_char():
     doc = omb_json(4, "alltoall", "--buffer", "bytearray", "-m", "1:64", "-i", "3", "-x", "1",
-                   "--validate")
-    assert doc["world_size"] == 4
+                   "--validate", "--thread-level", "multiple")
+    assert doc["world_size"] == 4 and doc["thread_level"] == "multiple"
     assert_all_pass(doc, powers(1, 64))
     assert all(r["busbw_GBps"] == pytest.approx(r["algbw_GBps"] * 3 / 4) for r in doc["rows"])
+
+
+def test_allreduce_from_1_byte_starts_at_one_float_and_says_so():
+    """OSU's habit: -m 1:4096 runs, from the datatype's size; the header tells how it timed."""
+    proc = omb(2, "allreduce", "-m", "1:4096", "-i", "5", "-x", "1")
+    assert proc.returncode == 0, proc.stderr
+    head = [ln for ln in proc.stdout.splitlines() if ln.startswith("#")]
+    assert "# Sizes start at 4 B, one float element: smaller ones are skipped, as OSU does." \
+        in head
+    assert "# MPI thread level: single (as OSU's MPI_Init)." in head
+    assert any(ln.startswith("# Timing: as OSU 7.4, a clock around each call") for ln in head)
+    rows = [ln.split() for ln in proc.stdout.splitlines() if not ln.startswith("#")]
+    assert [int(r[0]) for r in rows] == powers(4, 4096)
+    assert all(float(r[1]) > 0 for r in rows)
 
 
 def test_torch_backend_allreduce_over_gloo():

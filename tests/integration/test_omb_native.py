@@ -46,14 +46,17 @@ def test_latency_and_allreduce_tables_parse(binary):
         assert r["Iterations"] == 50
         assert 0 < r["Min Latency(us)"] <= r["Avg Latency(us)"] <= r["Max Latency(us)"]
 
-    proc = run(binary, 2, "allreduce", "-m", "4:16", "-i", "20", "-x", "2", "-p", "4",
+    proc = run(binary, 2, "allreduce", "-m", "1:16", "-i", "20", "-x", "2", "-p", "4",
                "-t", "multiple")
     assert proc.returncode == 0, proc.stderr
     assert "thread level multiple" in proc.stdout  # the level MPI provided, as asked
     rows = parse_table(proc.stdout)
     assert list(rows[0]) == ["Size", "Avg Latency(us)"]
-    assert [r["Size"] for r in rows] == [4, 8, 16]
+    assert [r["Size"] for r in rows] == [4, 8, 16]  # from one float, as OSU
     assert all(r["Avg Latency(us)"] > 0 for r in rows)
+    assert "# Timing: a clock around each call, as OSU 7.4" in proc.stdout
+    loop = run(binary, 2, "allreduce", "-m", "4:8", "-i", "20", "-x", "2", "-L")
+    assert loop.returncode == 0 and "one clock around all timed calls" in loop.stdout
     values = [ln.split()[1] for ln in proc.stdout.splitlines() if not ln.startswith("#")]
     assert all(len(v.split(".")[1]) == 4 for v in values)  # -p 4 digits
 
@@ -61,7 +64,7 @@ def test_latency_and_allreduce_tables_parse(binary):
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("ranks, args, message", [
     (3, ["latency", "-m", "1:8"], "exactly two ranks"),
-    (2, ["allreduce", "-m", "2:8"], "at least one float"),
+    (2, ["allreduce", "-m", "1:2"], "at least one float"),
     (2, ["bcast"], "unknown benchmark"),
     (2, ["latency", "-m", "3:8"], "not a power of two"),
     (2, ["latency", "-t", "many"], "-t takes single"),

@@ -70,7 +70,8 @@ def test_full_and_validation_columns_follow_osu_order():
     columns, rows = parse_osu(text)
     assert columns == ["Avg Latency(us)", "Min Latency(us)", "Max Latency(us)", "Iterations",
                        "Validation"]
-    assert "# Datatype: MPI_FLOAT." in text  # reductions default to float, as OSU
+    assert "# Datatype: MPI_FLOAT." in text  # reductions default to float
+    assert "differs from OSU 7.4 (MPI_CHAR)" in text  # and the header says OSU 7.4 differs
     assert all(len(r) == 6 and r[4] == "1000" and r[5] == "Pass" for r in rows)
     assert [float(r[2]) for r in rows] == [0.5] * 5 and [float(r[3]) for r in rows] == [2.25] * 5
     fail = format_rows([make_row(opts, 4, 4, 1, 1, 1, 10, ok=False)], "table", opts)
@@ -259,7 +260,9 @@ def test_cli_parsing():
     (["latency"], 4, ["latency with 4 ranks", "exactly two ranks", "mpiexec -n 2"]),
     (["bibw"], 3, ["exactly two ranks"]),
     (["multi_lat"], 3, ["must be even"]),
-    (["allreduce", "-m", "2:64"], 4, ["smaller than one float element", "-m 4:64"]),
+    (["allreduce", "-m", "1:2"], 4, ["smaller than one float element", "-m 1:4"]),
+    (["allreduce", "--timing", "wall"], 4, ["--timing 'wall'", "osu", "loop"]),
+    (["allreduce", "--thread-level", "many"], 4, ["'many'", "single, funneled"]),
     (["allreduce", "--buffer", "numpy", "--compress", "mpc"], 4, ["--buffer torch"]),
     (["alltoall", "--buffer", "torch", "--compress", "mpc"], 4, ["compressed variants"]),
     (["allreduce", "--backend", "torch"], 4, ["torch.distributed moves torch tensors"]),

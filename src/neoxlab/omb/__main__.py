@@ -13,14 +13,18 @@ import sys
 import traceback
 
 from .buffers import BufferUnavailable
+from .mpistart import start_mpi
 from .options import OptionError, check_options, parse_args
 from .report import format_rows, table_header, table_row
 from .runner import iter_rows
 
 
 def main(argv: list[str] | None = None) -> int:
-    from mpi4py import MPI
-
+    try:  # the thread level is an option, and MPI starts at it, so parse first
+        opts, parse_error = parse_args(argv), None
+    except OptionError as exc:
+        opts, parse_error = None, exc
+    MPI = start_mpi(opts.thread_level if opts else None)
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
 
@@ -29,7 +33,8 @@ def main(argv: list[str] | None = None) -> int:
             print(msg, file=stream, flush=True)
 
     try:
-        opts = parse_args(argv)
+        if parse_error is not None:
+            raise parse_error
         check_options(opts, comm.Get_size())
     except OptionError as exc:
         say(f"neoxlab.omb: error: {exc}", sys.stderr)

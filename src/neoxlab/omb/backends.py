@@ -45,7 +45,28 @@ class MpiBackend:
         return f"mpi4py {mpi4py.__version__} ({' '.join(lib.split())})"
 
     def _arg(self, buf: Any, count: int, dt: DType, reduce: bool = False) -> list:
-        return [buf, int(count), getattr(self.MPI, dt.mpi_reduce if reduce else dt.mpi)]
+        return [self._fast(buf), int(count),
+                getattr(self.MPI, dt.mpi_reduce if reduce else dt.mpi)]
+
+    def _fast(self, buf: Any) -> Any:
+        """mpi4py's own buffer object over host memory, else `buf` itself (device memory).
+
+        mpi4py asks the exporter for the memory on every call; for a NumPy array that
+        request is the largest Python cost of a small call. MPI.buffer asks once and answers
+        later requests itself (measured: about 0.2-0.4 us less per call here). CPU torch
+        tensors share their memory with .numpy().
+        """
+        wrap = getattr(self.MPI, "buffer", None) or self.MPI.memory
+        if self.kind.device:
+            return buf
+        for candidate in (buf, getattr(buf, "numpy", None)):
+            if candidate is None:
+                continue
+            try:
+                return wrap(candidate() if candidate is not buf else candidate)
+            except (TypeError, ValueError, BufferError):
+                continue
+        return buf
 
     # collectives (count = elements per rank block unless said otherwise)
     def allreduce(self, s: Any, r: Any, count: int, dt: DType) -> Call:

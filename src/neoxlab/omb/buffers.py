@@ -30,7 +30,11 @@ class BufferKind:
     device = False  # device memory needs explicit synchronization before timing reads
 
     def alloc(self, count: int, dtype: DType) -> Any:
-        return np.zeros(count, dtype=dtype.numpy)
+        # written once, as OSU's buffers: np.zeros leaves large arrays on the shared zero
+        # page until first written, and untouched pages time differently
+        buf = np.empty(count, dtype=dtype.numpy)
+        buf.fill(0)
+        return buf
 
     def read(self, buf: Any, dtype: DType) -> np.ndarray:
         """The buffer's elements as a NumPy array (a view for host memory, a copy for device)."""

@@ -70,6 +70,23 @@ def format_pairs(pairs: list[Pair]) -> str:
     return "\n".join(lines)
 
 
+def format_sides(med: Mapping[str, Times], sides: tuple[str, ...]) -> str:
+    """Sizes every side measured: each side's us, then the first side as the reference:
+    the last side's overhead over it (us) and every other side's ratio to it."""
+    ref, last = sides[0], sides[-1]
+    sizes = sorted(set.intersection(*(set(med[s]) for s in sides)))
+    head = f"{'# Size':<10}" + "".join(f"{s + ' us':>12}" for s in sides) \
+        + f"{last + '-' + ref:>16}" + "".join(f"{s + '/' + ref:>14}" for s in sides[1:])
+    lines = [head]
+    for size in sizes:
+        base = med[ref][size]
+        cells = "".join(f"{med[s][size]:>12.3f}" for s in sides)
+        ratios = "".join(f"{med[s][size] / base if base > 0 else math.inf:>14.2f}"
+                         for s in sides[1:])
+        lines.append(f"{size:<10}{cells}{med[last][size] - base:>+16.3f}{ratios}")
+    return "\n".join(lines)
+
+
 @dataclass(frozen=True)
 class Verdict:
     """Whether every size in [lo, hi] stays within limit_us of native; worst = largest gap."""
@@ -79,6 +96,7 @@ class Verdict:
     hi: int
     limit_us: float
     worst: Pair
+    reference: str = "native"  # what the overhead is measured over (native, OSU C)
 
     @property
     def ok(self) -> bool:
@@ -90,15 +108,17 @@ class Verdict:
         rel = "<=" if self.ok else ">"
         return (f"{self.name} {self.lo}-{self.hi} B: {word}, worst overhead "
                 f"{w.overhead_us:+.3f} us at {w.size} B ({w.python_us:.3f} vs "
-                f"{w.native_us:.3f} us native) {rel} {self.limit_us:.2f} us")
+                f"{w.native_us:.3f} us {self.reference}) {rel} {self.limit_us:.2f} us")
 
 
-def verdict(name: str, pairs: list[Pair], lo: int, hi: int, limit_us: float) -> Verdict:
+def verdict(name: str, pairs: list[Pair], lo: int, hi: int, limit_us: float,
+            reference: str = "native") -> Verdict:
     inside = [p for p in pairs if lo <= p.size <= hi]
     if not inside:
         raise ValueError(f"{name}: no measured size in {lo}-{hi} B (have "
                          f"{[p.size for p in pairs]}); include that range in the run")
-    return Verdict(name, lo, hi, limit_us, max(inside, key=lambda p: p.overhead_us))
+    return Verdict(name, lo, hi, limit_us, max(inside, key=lambda p: p.overhead_us),
+                   reference)
 
 
 def goal_line(verdicts: list[Verdict]) -> str:
@@ -106,7 +126,8 @@ def goal_line(verdicts: list[Verdict]) -> str:
     word = "PASS" if all(v.ok for v in verdicts) else "SHORT"
     limit = max(v.limit_us for v in verdicts)
     parts = "; ".join(v.line() for v in verdicts)
-    return f"goal: Python overhead <= {limit:.2f} us over native: {word} ({parts})"
+    ref = verdicts[0].reference if verdicts else "native"
+    return f"goal: Python overhead <= {limit:.2f} us over {ref}: {word} ({parts})"
 
 
 def crossover(plain: Times, compressed: Times) -> int | None:

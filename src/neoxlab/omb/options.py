@@ -28,6 +28,9 @@ BUFFERS = ("bytearray", "numpy", "torch", "cuda", "cupy", "numba")
 TORCH_BUFFERS = ("torch", "cuda")
 BACKENDS = ("mpi", "torch")
 FORMATS = ("table", "csv", "json")
+TIMINGS = ("osu", "loop")  # per-call clock as OSU 7.4, or one clock around the whole loop
+THREAD_LEVELS = ("single", "funneled", "serialized", "multiple")
+DEFAULT_THREAD_LEVEL = "single"  # OSU calls MPI_Init, which gives MPI_THREAD_SINGLE
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,8 @@ class OmbOptions:
     skip_unavailable: bool = False
     window: int = DEFAULT_WINDOW
     inject_error: bool = False  # testing aid: corrupt one element so --validate must fail
+    timing: str = "osu"  # "osu": clock around each call; "loop": one clock around all calls
+    thread_level: str | None = None  # MPI thread level the CLI asks for (None: single)
 
     @property
     def dtype_name(self) -> str:
@@ -105,8 +110,18 @@ def size_range(opts: OmbOptions) -> tuple[int, int]:
             hi if opts.max_size is None else opts.max_size)
 
 
+def skipped_below(opts: OmbOptions) -> int | None:
+    """The element size when -m asks for smaller messages (OSU skips those), else None."""
+    item = DTYPES[opts.dtype_name].itemsize
+    lo = size_range(opts)[0]
+    return item if opts.benchmark != "barrier" and 0 < lo < item else None
+
+
 def message_sizes(opts: OmbOptions) -> list[int]:
-    """Powers of two from min to max (0 first when min is 0); barrier has one size-less row."""
+    """Powers of two from min to max (0 first when min is 0); barrier has one size-less row.
+
+    Sizes below one element are skipped, as OSU does: -m 1:4096 with floats starts at 4 B.
+    """
     if opts.benchmark == "barrier":
         return [0]
     lo, hi = size_range(opts)
@@ -162,6 +177,12 @@ def check_options(opts: OmbOptions, world_size: int) -> None:
         bad(f"-i {opts.iterations}", "iterations must be at least 1", "pass -i 1 or more")
     if opts.warmup is not None and opts.warmup < 0:
         bad(f"-x {opts.warmup}", "warm-up iterations cannot be negative", "pass -x 0 or more")
+    if opts.timing not in TIMINGS:
+        bad(f"--timing {opts.timing!r}", "unknown timing method",
+            "use osu (a clock around each call, as OSU 7.4) or loop (one around all calls)")
+    if opts.thread_level is not None and opts.thread_level not in THREAD_LEVELS:
+        bad(f"--thread-level {opts.thread_level!r}", "unknown MPI thread level",
+            f"choose one of {', '.join(THREAD_LEVELS)}")
     if opts.window < 1:
         bad(f"--window {opts.window}", "the window must hold at least one message",
             "pass -W 1 or more")
@@ -191,9 +212,10 @@ def _check_sizes(opts: OmbOptions, bad) -> None:
                 f"use e.g. -m {down(lo)}:{down(hi)}")
     if lo > hi:
         bad(f"-m {lo}:{hi}", "the minimum size is larger than the maximum", f"use -m {hi}:{lo}")
-    if opts.benchmark != "barrier" and 0 < lo < item:
-        bad(f"minimum message size {lo} B", f"smaller than one {opts.dtype_name} element "
-            f"({item} B)", f"use -m {item}:{hi} or --dtype char")
+    if opts.benchmark != "barrier" and 0 < hi < item:
+        bad(f"maximum message size {hi} B", f"smaller than one {opts.dtype_name} element "
+            f"({item} B), so no size is left to measure", f"use -m {lo}:{item} or more, "
+            "or --dtype char")
 
 
 def _check_world(opts: OmbOptions, n: int, bad) -> None:
@@ -219,8 +241,8 @@ def _check_compress(opts: OmbOptions, bad) -> None:
     if opts.dtype_name not in FLOAT_DTYPES:
         bad(f"--compress with --dtype {opts.dtype_name}", "compressors take float data",
             "use --dtype float or double")
-    elif size_range(opts)[0] < DTYPES[opts.dtype_name].itemsize:
-        bad(f"minimum message size {size_range(opts)[0]} B with --compress",
+    elif size_range(opts)[0] == 0:
+        bad("minimum message size 0 B with --compress",
             "a compressed message holds at least one element",
             f"use -m {DTYPES[opts.dtype_name].itemsize}:{size_range(opts)[1]}")
 
@@ -235,6 +257,12 @@ def parse_size_range(text: str) -> tuple[int | None, int]:
     except ValueError:
         raise OptionError(f"-m {text!r}: sizes are integers in bytes as MIN:MAX; "
                           "use e.g. -m 4:1048576") from None
+
+
+def _dtype_name(text: str) -> str:
+    """OSU's -T spelling (mpi_float) or ours (float); unknown names fail in check_options."""
+    low = text.lower()
+    return low[4:] if low.startswith("mpi_") else low
 
 
 class _Parser(argparse.ArgumentParser):
@@ -253,15 +281,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("benchmark", help=", ".join(BENCHMARKS))
     p.add_argument("--buffer", "-b", default="numpy", help=", ".join(BUFFERS))
     p.add_argument("--backend", default="mpi", help="mpi (mpi4py) or torch (torch.distributed)")
-    p.add_argument("--dtype", "-T", default=None, help="char, int, float, double "
-                   "(default: float for reductions and compressed runs, else char)")
+    p.add_argument("--dtype", "-T", default=None, type=_dtype_name,
+                   help="char, int, float, double; OSU's mpi_char, mpi_int, mpi_float too "
+                   "(default: float for reductions and compressed runs, else char; "
+                   "OSU 7.4 uses MPI_CHAR everywhere)")
     p.add_argument("-m", "--message-size", dest="sizes", default=None, help="[MIN:]MAX bytes")
     p.add_argument("-i", "--iterations", type=int, default=None, help="timed iterations")
     p.add_argument("-x", "--warmup", type=int, default=None, help="warm-up iterations")
     p.add_argument("-W", "--window", type=int, default=DEFAULT_WINDOW, help="bw/bibw window")
     p.add_argument("-c", "--validate", action="store_true", help="check every result")
     p.add_argument("-f", "--full", action="store_true", help="min/max latency and iterations")
-    p.add_argument("--barrier", action="store_true", help="barrier between iterations")
+    p.add_argument("--barrier", action="store_true",
+                   help="also a barrier before every call (outside the clock)")
+    p.add_argument("--timing", default="osu", help="osu (default): a clock around each call "
+                   "and, for collectives, a barrier after it, as OSU 7.4; loop: one clock "
+                   "around all calls (OMB-Py, OSU 5)")
+    p.add_argument("--thread-level", default=None, help="MPI thread level: single (default, "
+                   "as OSU), funneled, serialized or multiple (mpi4py's own default); "
+                   "$MPI4PY_RC_THREAD_LEVEL when not given")
     p.add_argument("--format", dest="fmt", default="table", help="table, csv or json")
     p.add_argument("--compress", default=None, help="compressor spec, e.g. zfp:rate=8")
     p.add_argument("--skip-unavailable", action="store_true",
@@ -278,5 +315,5 @@ def parse_args(argv: list[str] | None = None) -> OmbOptions:
         min_size=lo, max_size=hi, iterations=ns.iterations, warmup=ns.warmup,
         validate=ns.validate, full=ns.full, barrier=ns.barrier, fmt=ns.fmt,
         compress=ns.compress, skip_unavailable=ns.skip_unavailable, window=ns.window,
-        inject_error=ns.inject_error,
+        inject_error=ns.inject_error, timing=ns.timing, thread_level=ns.thread_level,
     )

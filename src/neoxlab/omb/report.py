@@ -14,7 +14,7 @@ import json
 import re
 from dataclasses import asdict, dataclass
 
-from .options import DTYPES, OSU_VERSION, REDUCTIONS, OmbOptions
+from .options import DTYPES, OSU_VERSION, PT2PT, REDUCTIONS, OmbOptions, skipped_below
 
 SIZE_WIDTH, FIELD_WIDTH = 10, 20
 BLOCKED = ("allgather", "alltoall", "gather", "scatter")  # size is per rank block
@@ -134,7 +134,48 @@ def _version() -> str:
         return "dev"
 
 
-def table_header(opts: OmbOptions, ranks: int) -> str:
+def mpi_thread_level() -> str | None:
+    """The thread level MPI provides in this process, or None before MPI is initialized."""
+    import sys
+
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is None or not mpi.Is_initialized() or mpi.Is_finalized():
+        return None
+    names = {mpi.THREAD_SINGLE: "single", mpi.THREAD_FUNNELED: "funneled",
+             mpi.THREAD_SERIALIZED: "serialized", mpi.THREAD_MULTIPLE: "multiple"}
+    return names.get(mpi.Query_thread(), str(mpi.Query_thread()))
+
+
+def timing_note(opts: OmbOptions) -> str:
+    """How the numbers were timed, so a reader can tell them from OSU's own."""
+    if opts.timing == "loop":
+        return "# Timing: one clock around all timed calls (not OSU 7.4's per-call clock)."
+    if opts.benchmark in PT2PT:
+        unit = "round trip" if opts.benchmark in ("latency", "multi_lat") else "window"
+        return f"# Timing: as OSU {OSU_VERSION}, a clock around each {unit}."
+    return (f"# Timing: as OSU {OSU_VERSION}, a clock around each call, then a barrier "
+            "outside the clock.")
+
+
+def notes(opts: OmbOptions, thread_level: str | None = None) -> list[str]:
+    """Header lines that say where this run differs from, or follows, OSU's defaults."""
+    level = thread_level or mpi_thread_level()
+    out = [timing_note(opts)]
+    if level is not None:
+        out.append(f"# MPI thread level: {level}"
+                   + (" (as OSU's MPI_Init)." if level == "single" else
+                      " (OSU runs at single; --thread-level single for its numbers)."))
+    if opts.dtype is None and opts.dtype_name != "char" and opts.benchmark != "barrier":
+        out.append(f"# Datatype differs from OSU {OSU_VERSION} (MPI_CHAR): "
+                   "pass -T char for OSU's default.")
+    item = skipped_below(opts)
+    if item is not None:
+        out.append(f"# Sizes start at {item} B, one {opts.dtype_name} element: smaller ones "
+                   "are skipped, as OSU does.")
+    return out
+
+
+def table_header(opts: OmbOptions, ranks: int, thread_level: str | None = None) -> str:
     title = f"# OSU MPI {TITLES.get(opts.benchmark, opts.benchmark)} Test v{OSU_VERSION}"
     about = (f"# neoxlab {_version()} omb: backend {opts.backend}, buffer {opts.buffer}, "
              f"{ranks} ranks" + (f", compress {opts.compress}" if opts.compress else ""))
@@ -143,7 +184,8 @@ def table_header(opts: OmbOptions, ranks: int) -> str:
         head = "# " + cols[0] + "".join(f"{c:>{FIELD_WIDTH}}" for c in cols[1:])
     else:
         head = f"{'# Size':<{SIZE_WIDTH}}" + "".join(f"{c:>{FIELD_WIDTH}}" for c in cols)
-    return "\n".join([title, about, f"# Datatype: {datatype_name(opts)}.", head])
+    return "\n".join([title, about, *notes(opts, thread_level),
+                      f"# Datatype: {datatype_name(opts)}.", head])
 
 
 def table_row(row: Row, opts: OmbOptions) -> str:
@@ -182,6 +224,7 @@ def format_rows(rows: list[Row], fmt: str, options: OmbOptions) -> str:
             "buffer": options.buffer, "dtype": options.dtype_name,
             "datatype": datatype_name(options), "world_size": ranks,
             "compress": options.compress, "validate": options.validate,
+            "timing": options.timing, "thread_level": mpi_thread_level(),
             "rows": [_record(r, options) for r in rows],
         }, indent=2)
     raise ValueError(f"format {fmt!r}: unknown output format; use table, csv or json")

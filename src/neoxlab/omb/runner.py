@@ -106,8 +106,10 @@ def iter_rows(options: OmbOptions, comm: Any = None) -> Iterator[Row]:
             op = _build(ctx, size)
             try:
                 timing = measure(op, iters, warmup, validate=options.validate,
-                                 barrier=options.barrier, sync=kind.sync, comm=comm,
-                                 wtime=MPI.Wtime)
+                                 barrier=options.barrier,
+                                 sync=kind.sync if kind.device else None, comm=comm,
+                                 wtime=MPI.Wtime, timing=options.timing,
+                                 pace=options.benchmark not in PT2PT)
             finally:
                 op.close()
             yield _aggregate(comm, options, op, size, iters, timing.seconds, timing.ok)

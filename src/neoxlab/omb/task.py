@@ -12,6 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from neoxlab.config import Config
+from neoxlab.omb.mpistart import start_mpi
 from neoxlab.omb.options import OmbOptions, OptionError, check_options
 from neoxlab.omb.report import table_header, table_row
 from neoxlab.omb.runner import iter_rows
@@ -67,6 +68,7 @@ def body(cfg: Config, run_dir: Path, terminal) -> None:
 
 
 def main(run_dir: Path) -> int:
+    start_mpi(None)  # thread level single, as OSU (and the CLI) run: before any MPI import
     return run_rank(run_dir, lambda cfg, info, terminal: body(cfg, run_dir, terminal))
 
 
