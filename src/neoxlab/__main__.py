@@ -31,6 +31,10 @@ def split_args(args: list[str]) -> tuple[str, list[str]]:
 def check_scheduler(cfg: Config) -> None:
     """Refuse before planning when the job cannot be submitted from this machine."""
     scheduler = cfg.cluster.scheduler
+    if cfg.cluster.emulated is not None:  # namespaces on this machine: root, ip, a fit
+        from neoxlab.launch.emulated import preflight
+
+        preflight(cfg)
     if scheduler == "local" or not cfg.launch.submit:
         return
     command = SUBMIT_COMMANDS[scheduler]

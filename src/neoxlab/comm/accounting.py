@@ -46,12 +46,20 @@ def bus_bandwidth_gbps(op: str, nbytes: int, seconds: float, group_size: int) ->
 class Accountant:
     def __init__(self) -> None:
         self.stats: dict[tuple[str, str], OpStats] = defaultdict(OpStats)
+        # (ranks of the group, op) -> [calls, bytes_out]: which ranks the bytes went between,
+        # so the traffic between nodes can be told from the traffic inside one
+        self.groups: dict[tuple[tuple[int, ...], str], list[int]] = defaultdict(lambda: [0, 0])
 
     def record(
         self, dim: str, op: str, *, bytes_in: int, bytes_out: int, comm_s: float,
         group_size: int, compressor: str = "none", compress_s: float = 0.0,
         decompress_s: float = 0.0, via_deepspeed: bool = False,
+        ranks: tuple[int, ...] | None = None,
     ) -> None:
+        if ranks is not None:
+            tally = self.groups[(ranks, op)]
+            tally[0] += 1
+            tally[1] += bytes_out
         s = self.stats[(dim, op)]
         s.calls += 1
         s.compressed_calls += compressor != "none"
@@ -72,6 +80,12 @@ class Accountant:
             row["busbw_GBps"] = bus_bandwidth_gbps(op, s.bytes_in, s.comm_s, s.group_size)
             out.append(row)
         return out
+
+
+    def group_rows(self, rank: int) -> list[dict]:
+        return [{"rank": rank, "ranks": list(ranks), "op": op, "calls": calls,
+                 "bytes_out": nbytes}
+                for (ranks, op), (calls, nbytes) in sorted(self.groups.items())]
 
 
 def totals_by_dim(rows: list[dict]) -> dict[str, dict]:

@@ -119,10 +119,12 @@ class CompressionPatch:
             peer = a.get("dst") if name in ("send", "isend") else a.get("src")
             dim = self.classifier.p2p(me, peer, numel)
             group_size = 2
+            members = tuple(sorted((me, peer)))
         else:
             ranks = _group_ranks(a.get("group"))
             dim = self.classifier.collective(name, ranks, numel)
             group_size = len(ranks)
+            members = tuple(sorted(ranks))
         policy = self.policies.get(dim)
         nbytes = tensor.numel() * tensor.element_size() if tensor is not None else 0
         compress = (
@@ -137,13 +139,14 @@ class CompressionPatch:
                 result = original(**a)
             self.accountant.record(dim, name, bytes_in=nbytes, bytes_out=nbytes,
                                    comm_s=cost.comm_s, group_size=group_size,
-                                   via_deepspeed=via_ds)
+                                   via_deepspeed=via_ds, ranks=members)
             return result
         cost = getattr(self, f"_{name}")(policy, a, group_size)
         self.accountant.record(
             dim, name, bytes_in=nbytes, bytes_out=cost.bytes_out, comm_s=cost.comm_s,
             group_size=group_size, compressor=policy.compressor.describe(),
             compress_s=cost.compress_s, decompress_s=cost.decompress_s, via_deepspeed=via_ds,
+            ranks=members,
         )
         return None
 

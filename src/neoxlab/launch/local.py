@@ -101,17 +101,24 @@ def clear_rank_markers(run_dir: Path) -> None:
             path.unlink(missing_ok=True)
 
 
-def launch(cfg: Config, run_dir: Path) -> int:
+def launch(cfg: Config, run_dir: Path, cmd: list[str] | None = None,
+           env: dict[str, str] | None = None) -> int:
     """Run the job to its end; status.json ends completed, preempted (exit 85, checkpoint
-    saved on SIGUSR1/SIGTERM) or failed (with rank and error)."""
-    cmd = mpiexec_command(cfg, run_dir)
+    saved on SIGUSR1/SIGTERM) or failed (with rank and error). An emulated cluster
+    (cluster.emulated) is built around the job and passes its own command and environment."""
+    if cmd is None and cfg.cluster.emulated is not None:
+        from neoxlab.launch import emulated
+
+        return emulated.launch(cfg, run_dir)
+    cmd = cmd or mpiexec_command(cfg, run_dir)
     clear_rank_markers(run_dir)
     captured: list[str] = []
     log = (run_dir / "logs" / "launcher.log").open("a")
     log.write(" ".join(cmd) + "\n")
     started = time.time()
     proc = subprocess.Popen(
-        cmd, env=rank_environment(cfg, run_dir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        cmd, env=env or rank_environment(cfg, run_dir), stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         start_new_session=True,
     )
     pump = threading.Thread(target=_pump, args=(proc.stdout, [sys.stderr, log], captured))
