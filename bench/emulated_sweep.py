@@ -3,7 +3,9 @@ over baseline per scheme, and the baseline's communication share of a step.
 
 Needs root + iproute2; run it alone (it is heavy):
     /work/heavy .venv/bin/python bench/emulated_sweep.py --rates none 200 40 --steps 6
-Writes results/tables/emulated_sweep.csv and prints the table.
+Writes results/tables/emulated_sweep.csv and prints the table. Caveat: comm_share divides
+all accounted comm time (start-up broadcasts included) by the timed steps, so it overstates
+the share of short runs (above 100 % at 40 Mbit/s, 5 steps); per-step comm time is missing.
 """
 
 from __future__ import annotations
