@@ -29,11 +29,11 @@ def worker(args: argparse.Namespace) -> int:
     import torch
     import torch.distributed as dist
 
-    from neoxlab import dist as neox_dist
     from neoxlab.comm import collectives as cc
     from neoxlab.comm import memprobe
     from neoxlab.comm.patch import SMALL_GROUP
     from neoxlab.compress import make_compressor
+    from neoxlab.run import dist as neox_dist
 
     torch.set_num_threads(1)
     info = neox_dist.discover()

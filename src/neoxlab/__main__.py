@@ -9,7 +9,8 @@ from pathlib import Path
 from neoxlab.config import Config, ConfigError
 from neoxlab.config.check import check, exit_on_config_error
 from neoxlab.config.compose import compose_experiment, list_experiments
-from neoxlab.launch import local, scheduler_module
+from neoxlab.launch import run_here, scheduler_module
+from neoxlab.launch.emulated import preflight
 from neoxlab.launch.manifest import record_job
 from neoxlab.launch.slurm import local_slurm_refusal
 from neoxlab.launch.submit import submit_and_record
@@ -38,6 +39,8 @@ def split_args(args: list[str]) -> tuple[str, list[str]]:
 def check_scheduler(cfg: Config) -> None:
     """Refuse before planning when the job cannot be submitted from this machine."""
     scheduler = cfg.cluster.scheduler
+    if cfg.cluster.emulated is not None:  # namespaces on this machine: root, ip, a fit
+        preflight(cfg)
     if scheduler == "local" or not cfg.launch.submit:
         return
     refusal = local_slurm_refusal(cfg)  # this machine's own Slurm, not started
@@ -107,7 +110,7 @@ def run_one(cfg: Config, argv: list[str], overrides: list[str]) -> tuple[int, Pa
         print("[neoxlab] launch.submit=false: validated and planned, nothing started", flush=True)
         return 0, run_dir
     record_job(run_dir, cfg, None, overrides=overrides)
-    code = local.launch(cfg, run_dir)
+    code = run_here(cfg, run_dir)
     report(run_dir)
     return code, run_dir
 

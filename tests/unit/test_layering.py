@@ -21,7 +21,7 @@ LAYERS: dict[str, int] = {
     "neoxlab.run": 1,
     # 2: libraries
     "neoxlab.compress": 2, "neoxlab.comm": 2, "neoxlab.model": 2, "neoxlab.omb": 2,
-    "neoxlab.perfmodel": 2,
+    "neoxlab.perfmodel": 2, "neoxlab.netem": 2,
     # 3: task programs, engines, results (the registry points at these where they are)
     "neoxlab.train": 3, "neoxlab.serve": 3, "neoxlab.neox": 3, "neoxlab.results": 3,
     "neoxlab.omb.task": 3, "neoxlab.perfmodel.task": 3,

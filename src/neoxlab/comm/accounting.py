@@ -48,15 +48,22 @@ class Accountant:
         self.stats: dict[tuple[str, str], OpStats] = defaultdict(OpStats)
         # costs timed by CUDA events, folded in at report time (never on the hot path)
         self.pending: list[tuple[tuple[str, str], object, int]] = []
+        # (ranks of the group, op) -> [calls, bytes_out]: which ranks the bytes went between,
+        # so the traffic between nodes can be told from the traffic inside one
+        self.groups: dict[tuple[tuple[int, ...], str], list[int]] = defaultdict(lambda: [0, 0])
 
     def record(
         self, dim: str, op: str, *, bytes_in: int, bytes_out: int, comm_s: float,
         group_size: int, compressor: str = "none", compress_s: float = 0.0,
         decompress_s: float = 0.0, via_deepspeed: bool = False, pending=None,
-        weight: int = 1,
+        weight: int = 1, ranks: tuple[int, ...] | None = None,
     ) -> None:
         """One call. `pending`: its Cost when it holds unresolved CUDA events (their times,
         times `weight` for sampled calls, are added at report time)."""
+        if ranks is not None:
+            tally = self.groups[(ranks, op)]
+            tally[0] += 1
+            tally[1] += bytes_out
         s = self.stats[(dim, op)]
         if pending is not None and pending.events:
             self.pending.append(((dim, op), pending, weight))
@@ -91,6 +98,12 @@ class Accountant:
             row["busbw_GBps"] = bus_bandwidth_gbps(op, s.bytes_in, s.comm_s, s.group_size)
             out.append(row)
         return out
+
+
+    def group_rows(self, rank: int) -> list[dict]:
+        return [{"rank": rank, "ranks": list(ranks), "op": op, "calls": calls,
+                 "bytes_out": nbytes}
+                for (ranks, op), (calls, nbytes) in sorted(self.groups.items())]
 
 
 def totals_by_dim(rows: list[dict]) -> dict[str, dict]:

@@ -153,11 +153,13 @@ class CompressionPatch:
             peer = a.get("dst") if name in ("send", "isend") else a.get("src")
             dim = self.classifier.p2p(me, peer, numel) if peer is not None else "other"
             group_size = 2
+            members = tuple(sorted((me, peer)))
         else:
             ranks = _group_ranks(a.get("group"))
             shape = tuple(tensor.shape) if tensor is not None else ()
             dim = self.classifier.collective(name, ranks, numel, shape)
             group_size = len(ranks)
+            members = tuple(sorted(ranks))
         policy = self.policies.get(dim)
         nbytes = tensor.numel() * tensor.element_size() if tensor is not None else 0
         compress = (
@@ -167,7 +169,8 @@ class CompressionPatch:
         )
         via_ds = _state.via_deepspeed > 0
         if not compress:
-            return self._plain(name, original, a, dim, nbytes, group_size, via_ds, tensor)
+            return self._plain(name, original, a, dim, nbytes, group_size, via_ds, tensor,
+                               members)
         with strict.payload_device(tensor.device, self.strict):
             cost = getattr(self, f"_{name}")(policy, a, group_size)
         self.accountant.record(
@@ -175,13 +178,14 @@ class CompressionPatch:
             group_size=group_size, compressor=policy.compressor.describe(),
             compress_s=cost.compress_s, decompress_s=cost.decompress_s, via_deepspeed=via_ds,
             pending=cost,
+            ranks=members,
         )
         # the work ran on the caller's stream, so it is already ordered before whatever the
         # caller queues after wait(): an async caller gets a finished Work
         return CompletedWork() if a.get("async_op", False) else None
 
     def _plain(self, name: str, original, a: dict, dim: str, nbytes: int, group_size: int,
-               via_ds: bool, tensor: torch.Tensor | None):
+               via_ds: bool, tensor: torch.Tensor | None, members: tuple[int, ...]):
         """The engine's own call, untouched: no copy, no sync. CPU calls are timed by the
         host clock; CUDA calls by events on one call in SAMPLE_EVERY (scaled up)."""
         cuda = tensor is not None and tensor.device.type == "cuda"
@@ -190,7 +194,7 @@ class CompressionPatch:
         if a.get("async_op", False) or (cuda and calls % SAMPLE_EVERY != 1):
             result = original(**a)
             self.accountant.record(dim, name, bytes_in=nbytes, bytes_out=nbytes, comm_s=0.0,
-                                   group_size=group_size, via_deepspeed=via_ds)
+                                   group_size=group_size, via_deepspeed=via_ds, ranks=members)
             return result
         cost = cc.Cost()
         with cc.Timed(cost, "comm_s", tensor.device if tensor is not None else _CPU):
@@ -198,7 +202,7 @@ class CompressionPatch:
         self.accountant.record(dim, name, bytes_in=nbytes, bytes_out=nbytes,
                                comm_s=cost.comm_s, group_size=group_size,
                                via_deepspeed=via_ds, pending=cost,
-                               weight=SAMPLE_EVERY if cuda else 1)
+                               weight=SAMPLE_EVERY if cuda else 1, ranks=members)
         return result
 
     # ---- compressed implementations -----------------------------------------------------

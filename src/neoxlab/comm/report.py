@@ -14,6 +14,8 @@ DIM_ORDER = DIMS
 
 def write_rank_rows(run_dir: Path, rank: int, accountant: Accountant) -> None:
     rundir.write_json(run_dir / "logs" / f"comm.rank{rank}.json", accountant.rows(rank))
+    rundir.write_json(run_dir / "logs" / f"comm_groups.rank{rank}.json",
+                      accountant.group_rows(rank))
 
 
 def merge(run_dir: Path, world_size: int) -> dict[str, dict]:
@@ -24,6 +26,13 @@ def merge(run_dir: Path, world_size: int) -> dict[str, dict]:
         if path.exists():
             rows += json.loads(path.read_text())
     rundir.write_atomic(run_dir / "comm.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+    groups: list[dict] = []  # the same bytes by the ranks they went between
+    for rank in range(world_size):
+        path = run_dir / "logs" / f"comm_groups.rank{rank}.json"
+        if path.exists():
+            groups += json.loads(path.read_text())
+    rundir.write_atomic(run_dir / "comm_groups.jsonl",
+                        "".join(json.dumps(r) + "\n" for r in groups))
     totals = totals_by_dim(rows)
     summary_path = run_dir / "summary.json"
     summary = rundir.read_json(summary_path) if summary_path.exists() else {}

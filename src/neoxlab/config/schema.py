@@ -13,6 +13,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
+from neoxlab.config.emulated import EmulatedConfig
 from neoxlab.config.profile import PerfProfile
 
 
@@ -119,6 +120,7 @@ class ClusterConfig:
     mpi: str = "pmi2"  # srun --mpi plugin (pmi2 | pmix)
     extra: dict[str, str] = field(default_factory=dict)  # more scheduler options, name: value
     profile: PerfProfile | None = None  # hardware profile for task=predict (perfmodel)
+    emulated: EmulatedConfig | None = None  # nodes and links emulated on this machine (netem/)
 
 
 @dataclass
@@ -192,6 +194,7 @@ class LaunchConfig:
     submit: bool = True
     timeout_s: int = 3600
     master_port: int | None = None
+    comm_timeout_s: int | None = None  # a collective waits this long for a peer (null: 30 min)
     results_dir: str = "results"
     # Testing aids; they fire only in an attempt that starts from step 0 (not on resume).
     fail_rank: int | None = None  # this rank raises at fail_step

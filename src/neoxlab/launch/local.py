@@ -99,17 +99,20 @@ def forward_stop_signals(proc: subprocess.Popen):
             signal.signal(sig, handler)
 
 
-def launch(cfg: Config, run_dir: Path) -> int:
+def launch(cfg: Config, run_dir: Path, cmd: list[str] | None = None,
+           env: dict[str, str] | None = None) -> int:
     """Run the job to its end; status.json ends completed, preempted (exit 85, checkpoint
-    saved on SIGUSR1/SIGTERM) or failed (with rank and error)."""
-    cmd = mpiexec_command(cfg, run_dir)
+    saved on SIGUSR1/SIGTERM) or failed (with rank and error). An emulated cluster
+    (launch.emulated) passes its own command and environment."""
+    cmd = cmd or mpiexec_command(cfg, run_dir)
     clear_previous_attempt(run_dir)
     captured: list[str] = []
     log = LastFrames((run_dir / "logs" / "launcher.log").open("a"))  # a bar's last frame
     log.write(" ".join(cmd) + "\n")
     started = time.time()
     proc = subprocess.Popen(
-        cmd, env=rank_environment(cfg, run_dir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        cmd, env=env or rank_environment(cfg, run_dir), stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         start_new_session=True,
     )
     pump = threading.Thread(target=_pump, args=(proc.stdout, [sys.stderr, log], captured))

@@ -122,7 +122,7 @@ def record_provenance(run_dir: Path, neox_dir: Path) -> None:
 
 
 def run(cfg: Config, run_dir: Path, info: dist.RankInfo, terminal: TextIO | None) -> None:
-    """The rank body inside neoxlab.rankjob.run_rank (logs, status and failure handling)."""
+    """The rank body inside neoxlab.run.rankjob.run_rank (logs, status and failure handling)."""
     neox_dir = Path(cfg.cluster.neox_dir or "").resolve()
     local = gpu_local_rank(info.rank, info.local_rank, _device_count())
     os.environ["LOCAL_RANK"] = str(local)

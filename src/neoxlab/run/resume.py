@@ -14,7 +14,7 @@ from pathlib import Path
 
 from neoxlab.config import Config, ConfigError
 from neoxlab.config.check import check, exit_on_config_error
-from neoxlab.launch import local, scheduler_module
+from neoxlab.launch import run_here, scheduler_module
 from neoxlab.launch.manifest import read as read_manifest
 from neoxlab.launch.slurm import local_slurm_refusal
 from neoxlab.launch.submit import submit_and_record
@@ -119,7 +119,7 @@ def resume(run_dir: Path) -> int:
     print(plan_line(run_dir, cfg), flush=True)
     if cfg.cluster.scheduler != "local":
         return resubmit(cfg, run_dir)
-    code = local.launch(cfg, run_dir)
+    code = run_here(cfg, run_dir)
     report(run_dir)
     return code
 

@@ -12,6 +12,7 @@ import json
 import os
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -33,6 +34,19 @@ class InjectedFailure(RuntimeError):
     """Raised on purpose (launch.fail_rank) to test the failure path."""
 
 
+def comm_timeout(cfg: Config) -> timedelta | None:
+    """How long a collective waits for a peer before it raises. launch.comm_timeout_s also
+    becomes the default of every group made later (Megatron's and DeepSpeed's new_group pass
+    none), so a cut link fails the job instead of hanging it."""
+    import torch.distributed.distributed_c10d as c10d
+
+    if cfg.launch.comm_timeout_s is None:
+        return None  # the engines' defaults
+    timeout = timedelta(seconds=cfg.launch.comm_timeout_s)
+    c10d.default_pg_timeout = timeout
+    return timeout
+
+
 def init_distributed(cfg: Config, layout: Layout):
     """torch.distributed through DeepSpeed, then megatron-core's TP/PP groups."""
     import deepspeed
@@ -45,7 +59,9 @@ def init_distributed(cfg: Config, layout: Layout):
         backend = "nccl" if torch.cuda.is_available() and cfg.cluster.device != "cpu" else "gloo"
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-    deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False)
+    timeout = comm_timeout(cfg)
+    deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False,
+                               **({"timeout": timeout} if timeout else {}))
     parallel_state.initialize_model_parallel(
         tensor_model_parallel_size=layout.tp, pipeline_model_parallel_size=layout.pp
     )

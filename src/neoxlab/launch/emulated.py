@@ -1,0 +1,92 @@
+"""Run a job on an emulated cluster (cluster.emulated): build the namespaces, start the ranks
+with MPICH's hydra across the emulated nodes, record what the uplinks carried, tear down.
+
+Hydra's ssh launcher is given launch/netns_proxy.sh as its "ssh": one proxy per emulated node
+on this machine, whose ranks each enter their own namespace (launch/netns_rank.sh). Gloo then
+talks over the ranks' `eth0` (GLOO_SOCKET_IFNAME) and rank 0's emulated address, so every
+byte between nodes crosses the shaped uplinks.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from neoxlab.config import Config, ConfigError
+from neoxlab.files import REPO_ROOT
+from neoxlab.launch import local
+from neoxlab.launch.ranks import rank_command
+from neoxlab.layout import world_size
+from neoxlab.netem import cluster
+from neoxlab.netem.topology import RANK_IF, Topology, problems
+from neoxlab.run import rundir
+
+PROXY = REPO_ROOT / "launch" / "netns_proxy.sh"
+RANK = REPO_ROOT / "launch" / "netns_rank.sh"
+
+
+def topology(cfg: Config) -> Topology:
+    return Topology.from_config(cfg.cluster.emulated, cfg.cluster.nodes,
+                                cfg.cluster.ranks_per_node)
+
+
+def preflight(cfg: Config) -> None:
+    """Refuse before anything is planned: a layout that does not fill the cluster, bad link
+    values, or a machine where namespaces cannot be made (with the fix)."""
+    found = problems(cfg.cluster.emulated, cfg.cluster.nodes, cfg.cluster.ranks_per_node,
+                     world_size(cfg))
+    if cfg.launch.submit and (missing := cluster.prerequisite_problem()):
+        found.append(missing)
+    if found:
+        raise ConfigError("; ".join(found))
+
+
+def mpiexec_command(cfg: Config, run_dir: Path, topo: Topology) -> list[str]:
+    hosts = ",".join(f"{topo.node_host(k)}:{topo.ranks_per_node}" for k in range(topo.nodes))
+    return [local.mpiexec_path(), "-launcher", "ssh", "-launcher-exec", str(PROXY),
+            "-hosts", hosts, "-n", str(world_size(cfg)),
+            "sh", str(RANK), topo.prefix, *rank_command(cfg, run_dir, sys.executable)]
+
+
+def environment(cfg: Config, run_dir: Path) -> dict[str, str]:
+    env = local.rank_environment(cfg, run_dir)
+    env["GLOO_SOCKET_IFNAME"] = RANK_IF  # gloo's traffic goes over the emulated links
+    env.pop("MASTER_ADDR", None)  # rank 0's emulated address, found by neoxlab.run.dist
+    return env
+
+
+def launch(cfg: Config, run_dir: Path) -> int:
+    """The job on a freshly built cluster; the cluster goes away afterwards, also on failure
+    and Ctrl-C. network.json in the run dir records the links and what each uplink carried."""
+    preflight(cfg)
+    topo = topology(cfg)
+    with cluster.running(topo, keep=cfg.cluster.emulated.keep):
+        before = cluster.uplink_counters(topo)
+        code = local.launch(cfg, run_dir, mpiexec_command(cfg, run_dir, topo),
+                            environment(cfg, run_dir))
+        after = cluster.uplink_counters(topo)
+        down = cluster.down_links(topo)
+        record_network(run_dir, topo, before, after, down)
+        if code != 0 and down:
+            add_network_cause(run_dir, down)
+    return code
+
+
+def record_network(run_dir: Path, topo: Topology, before: dict, after: dict,
+                   down: list[str]) -> None:
+    carried = {node: {key: after[node][key] - before[node][key] for key in after[node]}
+               for node in after}
+    rundir.write_json(run_dir / "network.json", {
+        "nodes": topo.nodes, "ranks_per_node": topo.ranks_per_node,
+        "ranks": [vars(s) for s in topo.slots()],
+        "intra": vars(topo.intra), "inter": vars(topo.inter),
+        "uplinks": carried,  # per node, its side of the uplink: tx left the node, rx came in
+        "links_down": down,
+    })
+
+
+def add_network_cause(run_dir: Path, down: list[str]) -> None:
+    """A failed job on a cut network: the ranks only see timeouts; say which link it was."""
+    status = rundir.read_json(run_dir / "status.json")
+    error = f"{status.get('error')}; network: {'; '.join(down)}"
+    rundir.set_status(run_dir, "failed", error=error)

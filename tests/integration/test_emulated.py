@@ -1,0 +1,150 @@
+"""2 emulated nodes x 2 ranks (TP inside a node, DP across): training, the uplinks' byte
+counters against the comm accounting, a killed run's leftovers, packet loss, a cut link.
+
+Needs root and iproute2 (CI has both); skips with the reason elsewhere. One baseline run is
+shared by the first three tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from neoxlab.config.emulated import EmulatedConfig
+from neoxlab.netem import cluster
+from neoxlab.netem.topology import Topology
+from neoxlab.netem.wire import accounted_between_nodes, payload_bytes
+from tests.conftest import REPO_ROOT
+from tests.integration.harness import processes_of, read_metrics, read_status, run_experiment
+
+PREFIX = "nxtest"  # not the experiment's default, so a user's cluster is never touched
+ARGS = (f"cluster.emulated.prefix={PREFIX}", "train.steps=3", "launch.timeout_s=300")
+TOPO = Topology.from_config(EmulatedConfig(prefix=PREFIX), 2, 2)
+
+_missing = cluster.prerequisite_problem()
+pytestmark = pytest.mark.skipif(_missing is not None, reason=_missing or "")
+
+
+def our_namespaces() -> list[str]:
+    return [ns for ns in cluster.existing_namespaces() if TOPO.owns(ns)]
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("emulated")
+
+
+@pytest.fixture(scope="module")
+def baseline(results) -> Path:
+    proc, run_dir = run_experiment("emulated_2x2", results, *ARGS, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return run_dir
+
+
+def test_trains_three_steps_across_two_nodes(baseline):
+    assert read_status(baseline)["state"] == "completed"
+    assert [m["step"] for m in read_metrics(baseline)] == [1, 2, 3]
+    network = json.loads((baseline / "network.json").read_text())
+    assert {r["node"] for r in network["ranks"]} == {0, 1} and network["links_down"] == []
+    assert our_namespaces() == [] and not processes_of(baseline)
+
+
+def test_uplink_counters_match_the_accounted_inter_node_bytes(baseline):
+    lines = (baseline / "comm_groups.jsonl").read_text().splitlines()
+    accounted = accounted_between_nodes([json.loads(line) for line in lines], lambda r: r // 2)
+    uplinks = json.loads((baseline / "network.json").read_text())["uplinks"]
+    carried = sum(payload_bytes(counter, "tx") for counter in uplinks.values())
+    assert accounted > 1e6, f"too little inter-node traffic to compare: {accounted}"
+    assert abs(carried - accounted) <= 0.10 * accounted, (carried, accounted, uplinks)
+
+
+@pytest.mark.skipif(shutil.which("nft") is None, reason="packet loss needs nft: apt-get "
+                    "install nftables")
+def test_set_up_over_a_killed_run_then_one_percent_loss_keeps_the_losses(baseline, results):
+    before = set(runs_of(results))
+    killed = start_run(results, "train.steps=500")
+    run_dir = wait_for_step(results, before, killed, 1)
+    killed.kill()  # SIGKILL: no teardown; its ranks live on in the stale namespaces
+    killed.wait()
+    assert len(our_namespaces()) == 7
+    proc, lossy = run_experiment("emulated_2x2", results, *ARGS,
+                                 "cluster.emulated.inter.loss_pct=1", timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert [m["loss"] for m in read_metrics(lossy)] == [m["loss"] for m in read_metrics(baseline)]
+    assert wait_until(lambda: not processes_of(run_dir), 30), "the killed run's ranks survived"
+    assert our_namespaces() == []
+
+
+def test_a_cut_uplink_fails_the_job_naming_the_rank_and_the_link(results):
+    before = set(runs_of(results))
+    proc = start_run(results, "train.steps=500", "launch.comm_timeout_s=30",
+                     "launch.timeout_s=600")
+    run_dir = wait_for_step(results, before, proc, 1)
+    cluster.set_uplink(TOPO, 1, up=False)
+    cut = time.monotonic()
+    proc.wait(timeout=300)
+    took = time.monotonic() - cut
+    status = read_status(run_dir)
+    assert status["state"] == "failed" and took < 120, (status, took)
+    assert status["failed_rank"] is not None and "uplink of node n1 is down" in status["error"]
+    assert not processes_of(run_dir) and our_namespaces() == []
+
+
+def start_run(results: Path, *overrides: str) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "neoxlab", "experiment=emulated_2x2",
+           f"launch.results_dir={results}", "logger.wandb=disabled", *ARGS, *overrides]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
+    return subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, preexec_fn=_default_sigint)
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def runs_of(results: Path) -> list[Path]:
+    root = results / "emulated_2x2"
+    return sorted(root.iterdir()) if root.exists() else []
+
+
+def wait_for_step(results: Path, before: set[Path], proc: subprocess.Popen, step: int) -> Path:
+    """The run dir the process made, once its metrics show `step` (the job is mid-run)."""
+    def new_run() -> Path | None:
+        fresh = [run for run in runs_of(results) if run not in before]
+        return fresh[-1] if fresh else None
+
+    def reached() -> bool:
+        run = new_run()
+        metrics = run / "metrics.jsonl" if run else None
+        return bool(metrics and metrics.exists()
+                    and len(metrics.read_text().splitlines()) >= step)
+
+    if not wait_until(reached, 300, proc):
+        proc.kill()
+        pytest.fail(f"no step {step} within 300 s (exit {proc.poll()})")
+    return new_run()
+
+
+def wait_until(condition, timeout: float, proc: subprocess.Popen | None = None) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        if proc is not None and proc.poll() is not None:
+            return condition()
+        time.sleep(0.5)
+    return False
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _no_leftovers():
+    yield
+    cluster.teardown(TOPO)
