@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 EXP ?= local_compare
 # Hydra overrides given after EXP (make sees key=value words as variables; pass them on).
-OVERRIDES := $(filter-out EXP=% RUN=% PYTHON=% TESTS=% NEOX_DIR=%,$(MAKEOVERRIDES))
+OVERRIDES := $(filter-out EXP=% RUN=% PYTHON=% TESTS=%,$(MAKEOVERRIDES))
 TESTS ?= tests
 
 .PHONY: help install neox-env run resume status collect figures test lint bench omb-compare clean-venv
@@ -26,13 +26,10 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## create .venv and install pinned dependencies (no-op when up to date)
 
-# engine=neox: GPT-NeoX's extra needs (pyproject.toml [neox]); NEOX_DIR=/path/to/gpt-neox
-# also builds that checkout's dataset helpers with this venv's python.
-neox-env: $(STAMP) ## add what a GPT-NeoX checkout needs to .venv [NEOX_DIR=<checkout>]
+# engine=neox: what a GPT-NeoX checkout needs to import train.py and build its dataset helpers
+# (pyproject.toml [neox]); rank 0 of a job builds the helpers with this venv's python.
+neox-env: $(STAMP) ## add GPT-NeoX's extra needs (engine=neox) to .venv
 	$(PY) -m pip install -q -e '.[dev,neox]'
-	@if [ -n "$(NEOX_DIR)" ]; then PATH="$(abspath $(VENV))/bin:$$PATH" \
-	  $(MAKE) -C "$(NEOX_DIR)/megatron/data" \
-	  LIBEXT=$$($(PY) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))'); fi
 
 run: $(STAMP) ## run experiment EXP (default local_compare) with Hydra overrides after it
 	$(PY) -m neoxlab experiment=$(EXP) $(OVERRIDES)

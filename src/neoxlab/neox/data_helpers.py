@@ -48,8 +48,10 @@ def build_environment(run_dir: Path, environ: MutableMapping[str, str] | None = 
     bin_dir = str(Path(run_dir) / WRAPPER_DIR)
     if env.get("PATH", "").split(os.pathsep)[0] != bin_dir:
         env["PATH"] = os.pathsep.join(filter(None, [bin_dir, env.get("PATH")]))
-    assignments = " ".join(f"{key}={value}" for key, value in make_variables().items())
-    env["MAKEFLAGS"] = " ".join(filter(None, [env.get("MAKEFLAGS"), assignments]))
+    flags = env.get("MAKEFLAGS", "").split()
+    flags += [f"{key}={value}" for key, value in make_variables().items()
+              if f"{key}={value}" not in flags]
+    env["MAKEFLAGS"] = " ".join(flags)
 
 
 def missing_pybind11_error() -> str | None:
@@ -65,7 +67,7 @@ def build_data_helpers(neox_dir: Path, run_dir: Path) -> None:
     data = Path(neox_dir) / "megatron" / "data"
     if not (data / "Makefile").exists():
         return
-    problem = missing_pybind11_error()
+    problem = "pybind11" in (data / "Makefile").read_text() and missing_pybind11_error()
     if problem:
         raise RuntimeError(problem)
     python_wrapper(run_dir)
