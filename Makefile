@@ -9,8 +9,8 @@ EXP ?= local_compare
 OVERRIDES := $(filter-out EXP=% RUN=% PYTHON=% TESTS=%,$(MAKEOVERRIDES))
 TESTS ?= tests
 
-.PHONY: help install run resume status collect figures test lint bench omb-compare slurm-up slurm-down \
-  clean-venv
+.PHONY: help install neox-env run resume status collect figures test lint bench omb-compare \
+  slurm-up slurm-down clean-venv
 
 help: ## list targets and experiments
 	@echo "targets:"
@@ -26,6 +26,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP) ## create .venv and install pinned dependencies (no-op when up to date)
+
+# engine=neox: what a GPT-NeoX checkout needs to import train.py and build its dataset helpers
+# (pyproject.toml [neox]); rank 0 of a job builds the helpers with this venv's python.
+neox-env: $(STAMP) ## add GPT-NeoX's extra needs (engine=neox) to .venv
+	$(PY) -m pip install -q -e '.[dev,neox]'
 
 run: $(STAMP) ## run experiment EXP (default local_compare) with Hydra overrides after it
 	$(PY) -m neoxlab experiment=$(EXP) $(OVERRIDES)

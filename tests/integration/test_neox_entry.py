@@ -126,6 +126,8 @@ def test_ranks_run_train_py_without_deepy_under_mpiexec(tmp_path):
         env_seen = record["env"]
         assert env_seen["RANK"] == str(rank) and env_seen["WORLD_SIZE"] == "2"
         assert env_seen["LOCAL_RANK"] == str(rank)  # one host, no GPU: node-local rank
+        # mpiexec's (hydra's) own local rank agrees with it, as DeepSpeed requires
+        assert env_seen["MPI_LOCALRANKID"] == env_seen["NEOXLAB_NODE_LOCAL_RANK"] == str(rank)
         assert env_seen["NEOXLAB_RUN_DIR"] == str(run_dir.resolve())
         assert record["cwd"] == str(neox_dir)
         assert record["torch_patched"] and record["deepspeed_patched"]
@@ -146,6 +148,30 @@ def test_ranks_run_train_py_without_deepy_under_mpiexec(tmp_path):
     assert metrics[0]["samples_per_s"] == pytest.approx(global_batch / 0.5)
     provenance = json.loads((run_dir / "neox_provenance.json").read_text())
     assert provenance["neox_dir"] == str(neox_dir) and provenance["commit"] is None
+
+
+@pytest.mark.timeout(300)
+def test_a_bare_exit_fails_the_job_and_nobody_waits_at_a_barrier(tmp_path):
+    """GPT-NeoX ends failed starts with exit() (code 0): rank 0 stops, rank 1 waits in its
+    all-reduce. That must end as failed, with rank 0's reason, instead of hanging in the
+    entry's barrier (or being recorded as completed)."""
+    run_dir = _plan(tmp_path, _fake_checkout(tmp_path))
+    out = tmp_path / "fake_out"
+    out.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(rank_env(_loaded(run_dir), run_dir), DS_ACCELERATOR="cpu",
+               FAKE_NEOX_OUT=str(out), OMP_NUM_THREADS="1", FAKE_NEOX_BARE_EXIT_RANK="0")
+    mpiexec = str(Path(sys.executable).with_name("mpiexec"))
+    command = [mpiexec, "-n", "2", *rank_command(_loaded(run_dir), run_dir, sys.executable)]
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240,
+                          cwd=tmp_path, start_new_session=True)
+    status = json.loads((run_dir / "status.json").read_text())
+    assert proc.returncode != 0 and status["state"] == "failed", status
+    assert status["failed_rank"] == 0
+    assert "before finishing its train_iters" in status["error"]
+    assert "ERROR: Optimizer is None" in status["error"]  # the last lines of rank0.log
+    assert not (out / "rank1.json").exists()  # rank 1 never got past its all-reduce
+    assert not (run_dir / "metrics.jsonl").exists()
 
 
 def _loaded(run_dir: Path):

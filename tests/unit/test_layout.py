@@ -65,7 +65,9 @@ def test_dp_is_inferred_and_batch_identity_holds():
 
 def test_20b_vocabulary_and_parameter_count():
     cfg = compose_experiment("baseline_192gpu", ["launch.submit=false"])
-    assert padded_vocab_size(cfg.model, 2) == 50432
+    assert padded_vocab_size(cfg.model, 4) == 50432  # the published rows, at our TP 4
+    published = compose_experiment("baseline_192gpu", ["model.make_vocab_size_divisible_by=128"])
+    assert padded_vocab_size(published.model, 2) == 50432  # configs/20B.yml: 128 x TP 2
     # GPT-NeoX-20B has about 20.6e9 parameters
     assert 20.0e9 < total_params(cfg.model, 2) < 21.0e9
 

@@ -98,7 +98,7 @@ def test_collect_metrics_from_gpt_neox_rank_logs(neox_run):
     batch = 4 * 32 * (192 // (2 * 8))
     assert first["samples_per_s"] == pytest.approx(batch / 146.8912)
     assert first["tokens_per_s"] == pytest.approx(batch * 2048 / 146.8912)
-    h, s, layers, vocab = 6144, 2048, 44, 50688  # 50277 padded to a multiple of 128 x tp=4
+    h, s, layers, vocab = 6144, 2048, 44, 50432  # 50277 padded to a multiple of 64 x tp=4
     flops = 96 * batch * s * layers * h * h * (1 + s / (6 * h) + vocab / (16 * layers * h))
     assert first["tflops_per_gpu"] == pytest.approx(flops / 146.8912 / 192 / 1e12)
     assert first["neox_tflops_per_gpu"] == pytest.approx(41.3)
@@ -127,14 +127,15 @@ def test_collect_metrics_keeps_the_last_line_of_a_repeated_step(neox_run):
 def test_rank_zero_builds_gpt_neox_data_helpers_once(tmp_path):
     from neoxlab.neox.entry import build_data_helpers
 
-    build_data_helpers(tmp_path)  # no megatron/data/Makefile: nothing to do
+    run_dir = tmp_path / "run"
+    build_data_helpers(tmp_path, run_dir)  # no megatron/data/Makefile: nothing to do
     data = tmp_path / "megatron" / "data"
     data.mkdir(parents=True)
     (data / "Makefile").write_text("helpers.so:\n\techo built >> log.txt\n\ttouch helpers.so\n")
-    build_data_helpers(tmp_path)
-    build_data_helpers(tmp_path)  # up to date: make does nothing the second time
+    build_data_helpers(tmp_path, run_dir)
+    build_data_helpers(tmp_path, run_dir)  # up to date: make does nothing the second time
     assert (data / "log.txt").read_text() == "built\n"
     (data / "Makefile").write_text("helpers.so:\n\tfalse\n")
     (data / "helpers.so").unlink()
     with pytest.raises(RuntimeError, match="dataset helpers"):
-        build_data_helpers(tmp_path)
+        build_data_helpers(tmp_path, run_dir)

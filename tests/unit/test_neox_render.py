@@ -44,7 +44,10 @@ PUBLISHED_20B = {
 # The published layout (TP 2 x PP 4 x DP 12 on 96 GPUs) rendered from our 20B experiment
 # on 24 four-GPU nodes; what differs on purpose: steps and the V100 peak.
 PUBLISHED_LAYOUT = ["cluster.nodes=24", "parallel.tp=2", "parallel.pp=4",
-                    "cluster.device_memory_gib=40"]  # it was trained on A100 40 GB
+                    "cluster.device_memory_gib=40",  # it was trained on A100 40 GB
+                    "model.make_vocab_size_divisible_by=128",  # x TP 2 = 50432
+                    # compilers that build its fused softmax for torch 2.13 (C++20)
+                    "cluster.modules=[cuda/12.2.2,gcc/11.2.1]"]
 OURS = {"pipe_parallel_size": 4, "global_num_gpus": 96, "train_iters": 100,
         "lr_decay_iters": 100, "peak_theoretical_tflops": 125.0}
 

@@ -58,9 +58,9 @@ def test_dp_and_zero_bytes_follow_the_stage_parameters():
     msgs = traffic.messages(cfg, layout)
     dp_bytes = sum(m.nbytes * m.count for m in msgs if m.dim == "dp")
     # 11 layers of 12 h^2 + 13 h parameters and the head (vocabulary 50277 padded to a
-    # multiple of 128 x tp = 512: 50688 rows of h), over tp 4, 2 bytes each (fp16)
+    # multiple of 64 x tp = 256: the published 50432 rows of h), over tp 4, 2 bytes each (fp16)
     h = 6144
-    params = (11 * (12 * h * h + 13 * h) + 50688 * h) // 4
+    params = (11 * (12 * h * h + 13 * h) + 50432 * h) // 4
     assert dp_bytes == pytest.approx(params * 2, rel=1e-6)
     assert {m.op for m in msgs if m.dim == "zero"} == {"all_gather"}
 
@@ -111,7 +111,7 @@ def test_prediction_adds_up_and_uses_the_metrics_definition():
     assert set(pred.breakdown) == set(COMPONENTS)
     assert sum(pred.breakdown.values()) == pytest.approx(pred.step_s)
     layout = resolve_layout(cfg)
-    flops = metrics.flops_per_iteration(cfg.model, 1536, 50688, True)
+    flops = metrics.flops_per_iteration(cfg.model, 1536, 50432, True)
     assert pred.tflops_per_gpu == pytest.approx(flops / (pred.step_s * 192) / 1e12)
     assert pred.samples_per_s == pytest.approx(layout.global_batch / pred.step_s)
     assert pred.links == {"tp": "intra", "pp": "inter", "dp": "inter", "zero": "inter",

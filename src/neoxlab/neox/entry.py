@@ -5,8 +5,10 @@ rank's train.py as `--megatron_config` (NeoXArgs.consume_neox_args decodes it; t
 `--deepspeed_config` it also passes is read only for autotuning). This entry builds the same
 argument from the run's neox.yml, so no deepy.py and no DeepSpeed runner are needed:
 
-  discover the rank (MPI) -> export RANK/WORLD_SIZE/LOCAL_RANK/MASTER_* -> install the
-  compression patch -> run <neox_dir>/train.py as __main__ -> comm accounting, metrics.
+  discover the rank (MPI) -> export RANK/WORLD_SIZE/LOCAL_RANK/MASTER_* and align the
+  launcher's local-rank variables -> install the compression patch -> rank 0 builds the
+  dataset helpers -> run <neox_dir>/train.py as __main__ -> check it finished (a bare exit()
+  is a failure) -> comm accounting, metrics.
 """
 
 from __future__ import annotations
@@ -25,11 +27,15 @@ import yaml
 from neoxlab.comm.report import format_totals, merge
 from neoxlab.config import Config
 from neoxlab.neox import inject
+from neoxlab.neox.data_helpers import build_data_helpers, build_environment
 from neoxlab.neox.launch import LOCK_FILE, read_lock
+from neoxlab.neox.local_rank import align_local_rank
 from neoxlab.neox.metrics import collect_metrics
+from neoxlab.neox.outcome import EndedEarly, early_exit_error
 from neoxlab.neox.render import NEOX_YML
 from neoxlab.run import dist, rundir
 from neoxlab.run.rankjob import run_rank
+from neoxlab.train.preemption import stop_request_file
 
 
 def megatron_config(run_dir: Path, neox_dir: Path) -> dict[str, Any]:
@@ -76,7 +82,9 @@ def _device_count() -> int:
 
 
 def run_train_py(argv: list[str], neox_dir: Path) -> None:
-    """GPT-NeoX's train.py as __main__, from its checkout root (as deepy.py users run it)."""
+    """GPT-NeoX's train.py as __main__, from its checkout root (as deepy.py users run it).
+
+    Returns when training returned; raises EndedEarly when train.py called exit()."""
     saved_argv, saved_cwd = sys.argv, os.getcwd()
     sys.argv = list(argv)
     sys.path.insert(0, str(neox_dir))
@@ -84,29 +92,23 @@ def run_train_py(argv: list[str], neox_dir: Path) -> None:
     try:
         runpy.run_path(argv[0], run_name="__main__")
     except SystemExit as exc:
-        if exc.code not in (None, 0):
-            raise RuntimeError(f"GPT-NeoX's train.py exited with {exc.code}") from None
+        raise EndedEarly(exc.code) from None
     finally:
         sys.argv = saved_argv
         os.chdir(saved_cwd)
 
 
-def build_data_helpers(neox_dir: Path) -> None:
-    """Rank 0 builds GPT-NeoX's C++ dataset helpers once, before any rank starts train.py.
-
-    GPT-NeoX runs `make` in megatron/data on every LOCAL_RANK 0 - every rank when each sees
-    one GPU - in a checkout shared by all nodes; built beforehand, those makes are no-ops."""
-    data = neox_dir / "megatron" / "data"
-    if not (data / "Makefile").exists():
-        return
-    proc = subprocess.run(["make", "-C", str(data)], capture_output=True, text=True,
-                          check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(
-            f"building GPT-NeoX's dataset helpers (make -C {data}) failed: "
-            f"{proc.stderr.strip()[-2000:]}; GPT-NeoX needs a C++ compiler and pybind11 in "
-            "the job's environment"
-        )
+def check_ended_early(exc: EndedEarly, run_dir: Path, rank: int) -> None:
+    """Raise unless the early exit was asked for (see neoxlab.neox.outcome)."""
+    values = yaml.safe_load((run_dir / NEOX_YML).read_text())
+    logs = run_dir / "logs"
+    names = {f"rank{r}.log": logs / f"rank{r}.log" for r in sorted({0, rank})}
+    sys.stdout.flush()
+    sys.stderr.flush()
+    error = early_exit_error(exc.code, rank, names, values.get("train_iters"),
+                             stop_request_file(run_dir).exists(), values.get("exit_interval"))
+    if error:
+        raise RuntimeError(error) from None
 
 
 def record_provenance(run_dir: Path, neox_dir: Path) -> None:
@@ -125,16 +127,20 @@ def run(cfg: Config, run_dir: Path, info: dist.RankInfo, terminal: TextIO | None
     """The rank body inside neoxlab.run.rankjob.run_rank (logs, status and failure handling)."""
     neox_dir = Path(cfg.cluster.neox_dir or "").resolve()
     local = gpu_local_rank(info.rank, info.local_rank, _device_count())
-    os.environ["LOCAL_RANK"] = str(local)
+    align_local_rank(local, info.local_rank)  # DeepSpeed asserts they agree
     os.environ[inject.RUN_DIR_ENV] = str(run_dir)
     inject.install_from_env()  # before train.py imports and initializes DeepSpeed
+    build_environment(run_dir)  # GPT-NeoX's own makes of megatron/data: the job's python
     if info.rank == 0:
         record_provenance(run_dir, neox_dir)
         print(f"[neoxlab] GPT-NeoX {neox_dir} on {info.world_size} ranks", file=terminal,
               flush=True)
-        build_data_helpers(neox_dir)
+        build_data_helpers(neox_dir, run_dir)  # a failure aborts the job: no rank waits
     _barrier()
-    run_train_py(train_argv(run_dir, neox_dir), neox_dir)
+    try:
+        run_train_py(train_argv(run_dir, neox_dir), neox_dir)
+    except EndedEarly as exc:
+        check_ended_early(exc, run_dir, info.rank)  # raises (-> abort) unless asked for
     sys.stdout.flush()
     inject.write_rows(info.rank)
     _barrier()

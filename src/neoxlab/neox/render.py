@@ -17,6 +17,7 @@ import yaml
 from neoxlab.config import Config
 from neoxlab.files import write_atomic
 from neoxlab.layout import Layout
+from neoxlab.neox.toolchain import fused_kernels_default
 
 CHECKPOINT_DIR = "checkpoints"
 NEOX_YML = "neox.yml"
@@ -51,8 +52,17 @@ def render_neox_config(
 
     With run_dir, checkpoints go to run_dir/checkpoints (load, and save when enabled)."""
     owned = owned_args(cfg, layout, run_dir)
-    others = {**DEFAULTS, **cfg.engine.neox_args}  # validation refuses owned keys in neox_args
+    # validation refuses owned keys in neox_args
+    others = {**DEFAULTS, **_fused_kernels(cfg), **cfg.engine.neox_args}
     return {**owned, **{key: value for key, value in others.items() if key not in owned}}
+
+
+def _fused_kernels(cfg: Config) -> dict[str, Any]:
+    """The published 20B config's fused softmax (a C++/CUDA kernel GPT-NeoX compiles on
+    every rank): on, unless the cluster's modules cannot compile it for the installed torch
+    (neoxlab.neox.toolchain), as on Lassen with gcc 8 and CUDA 11."""
+    return {"scaled_upper_triang_masked_softmax_fusion":
+            fused_kernels_default(list(cfg.cluster.modules))}
 
 
 def owned_args(cfg: Config, layout: Layout, run_dir: Path | None) -> dict[str, Any]:

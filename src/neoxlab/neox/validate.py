@@ -11,6 +11,7 @@ from pathlib import Path
 
 from neoxlab.config import Config
 from neoxlab.neox.arguments import KNOWN_ARGS, TOKENIZER_TYPES
+from neoxlab.neox.toolchain import FUSED_KERNEL_ARGS, MINIMUM, toolchain_problem, torch_cxx_standard
 
 NEEDS_VOCAB = {"GPT2BPETokenizer", "SPMTokenizer", "HFTokenizer", "TiktokenTokenizer"}
 NEEDS_MERGES = {"GPT2BPETokenizer"}
@@ -80,7 +81,28 @@ def validate_neox(cfg: Config) -> list[str]:
         )
     errors += _data_errors(cfg)
     errors += _neox_args_errors(cfg)
+    errors += _fused_kernel_errors(cfg)
     return errors
+
+
+def _fused_kernel_errors(cfg: Config) -> list[str]:
+    """Fused kernels asked for on a cluster whose modules cannot compile them: every rank
+    would fail in GPT-NeoX's start-up JIT build, after the job has waited in the queue."""
+    wanted = [key for key in FUSED_KERNEL_ARGS if cfg.engine.neox_args.get(key) is True]
+    if not wanted:
+        return []
+    standard = torch_cxx_standard()
+    problem = toolchain_problem(list(cfg.cluster.modules), standard)
+    if problem is None:
+        return []
+    least = MINIMUM[standard]
+    return [
+        f"engine.neox_args.{key}=true needs GPT-NeoX's fused kernels compiled on cluster "
+        f"'{cfg.cluster.name}' (modules {list(cfg.cluster.modules)}), but {problem}; turn the "
+        f"fusion off (engine.neox_args.{key}=false) or load newer modules (cluster.modules "
+        f"with gcc >= {least['gcc'][0]} and cuda >= {least['cuda'][0]}.{least['cuda'][1]})"
+        for key in wanted
+    ]
 
 
 def _data_errors(cfg: Config) -> list[str]:
