@@ -8,7 +8,7 @@ import pytest
 
 from neoxlab.__main__ import main
 from neoxlab.config.compose import compose_experiment, list_experiments
-from neoxlab.run import resume
+from neoxlab.run import resume, rundir
 
 
 @pytest.mark.parametrize("name", list_experiments())
@@ -67,3 +67,9 @@ def test_run_dirs_are_never_reused(results_dir):
         assert main(["experiment=local_3d", "launch.submit=false",
                      f"launch.results_dir={results_dir}"]) == 0
     assert len(list((results_dir / "local_3d").iterdir())) == 2
+
+
+def test_provenance_without_git_records_unknown(monkeypatch) -> None:
+    """A machine without the git binary still plans runs: the commit is recorded unknown."""
+    monkeypatch.setenv("PATH", "")
+    assert rundir.git_state() == {"sha": None, "dirty": None}

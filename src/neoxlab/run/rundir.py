@@ -106,10 +106,15 @@ def freeze(cfg: Config, layout: Layout, argv: list[str] | None = None, root: Pat
 
 
 def git_state() -> dict[str, Any]:
+    """The commit and dirty flag of this checkout; None for both without git (an installed
+    copy, or a machine without the git binary), which provenance then records as unknown."""
     def git(*args: str) -> str:
-        out = subprocess.run(
-            ["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, check=False
-        )
+        try:
+            out = subprocess.run(
+                ["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, check=False
+            )
+        except FileNotFoundError:
+            return ""
         return out.stdout.strip() if out.returncode == 0 else ""
 
     sha = git("rev-parse", "HEAD")
