@@ -32,13 +32,7 @@ INT_VIEW = {torch.float32: torch.int32, torch.float16: torch.int16,
 UNIT = {torch.float32: 2.0**-24, torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Small tensors: a second intra-op thread only adds waiting on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def bits(x: torch.Tensor) -> torch.Tensor:

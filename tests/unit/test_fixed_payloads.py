@@ -18,12 +18,7 @@ LOSSY_FIXED = [s for s in FIXED if s != "none"]
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def random_cases(seed: int, count: int) -> list[torch.Tensor]:
