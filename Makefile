@@ -52,7 +52,7 @@ figures: $(STAMP) ## collect missing/stale tables, then analysis/ notebooks -> r
 	$(PY) -m neoxlab.results.figures $(EXP_ARG)
 
 test: $(STAMP) ## run the test suite
-	$(PY) -m pytest -q $(TESTS)
+	$(PY) -m pytest -q --durations=25 $(TESTS)
 
 lint: $(STAMP) ## ruff
 	$(VENV)/bin/ruff check src tests bench analysis
