@@ -14,6 +14,9 @@ from tests.integration.harness import COMPARE_STEPS, read_metrics, read_status, 
 
 STEPS = COMPARE_STEPS  # the unpatched and lossless runs compare step by step with "none"
 MPC_ON_MODEL_PARALLEL = ["compression=lossless_mp"]
+# the first test's set-up may make the session's local_compare run (4 launches, at most
+# 900 s) before this module's own 2 launches
+pytestmark = pytest.mark.timeout(1500)
 
 
 @pytest.fixture(scope="module")

@@ -4,12 +4,14 @@ The run is the session's `compare_run` (conftest), which the compression tests s
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from tests.integration.harness import COMPARE_MEMBERS
 
 SCHEMES = {"none", "naive", "zhybrid", "mzhybrid"}
 
 
+@pytest.mark.timeout(1000)  # its set-up may make the session's local_compare run (<= 900 s)
 def test_default_run_leaves_figures_and_summary_of_four_schemes(compare_run):
     results = compare_run.results
     for member in COMPARE_MEMBERS:
