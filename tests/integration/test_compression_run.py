@@ -1,6 +1,7 @@
 """Compression inside a real 8-rank TP=2/PP=2/DP=2 ZeRO-1 run, in strict-device mode: every
 tensor a compressed collective hands to torch.distributed must sit on its payload's device
-(neoxlab.comm.strict), which is what an NCCL group demands."""
+(neoxlab.comm.strict), which is what an NCCL group demands. The none and mzhybrid runs are
+members of the session's strict-device local_compare run (conftest `compare_run`)."""
 
 from __future__ import annotations
 
@@ -9,22 +10,26 @@ import json
 import pytest
 
 from neoxlab.comm.strict import STRICT_ENV
-from tests.integration.harness import read_metrics, read_status, run_experiment
+from tests.integration.harness import COMPARE_STEPS, read_metrics, read_status, run_experiment
 
-STEPS = 6
+STEPS = COMPARE_STEPS  # the unpatched and lossless runs compare step by step with "none"
 MPC_ON_MODEL_PARALLEL = ["compression=lossless_mp"]
+# the first test's set-up may make the session's local_compare run (4 launches, at most
+# 900 s) before this module's own 2 launches
+pytestmark = pytest.mark.timeout(1500)
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(tmp_path_factory, compare_run):
     root = tmp_path_factory.mktemp("results")
     variants = {
         "unpatched": ("local_baseline", ["compression.patch=false"]),
-        "none": ("local_baseline", []),
         "mpc_tp_pp": ("local_baseline", MPC_ON_MODEL_PARALLEL),
-        "mzhybrid": ("local_mzhybrid", []),
     }
-    out = {}
+    out = {"none": compare_run.member("local_baseline"),
+           "mzhybrid": compare_run.member("local_mzhybrid")}
+    for run_dir in out.values():
+        assert read_status(run_dir)["state"] == "completed"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(STRICT_ENV, "1")  # the rank processes inherit it
         for key, (experiment, overrides) in variants.items():

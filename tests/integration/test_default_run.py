@@ -1,26 +1,20 @@
-"""The default experiment (local_compare) ends with tables, figures and the summary table."""
+"""The default experiment (local_compare) ends with tables, figures and the summary table.
+The run is the session's `compare_run` (conftest), which the compression tests share."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pandas as pd
+import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.integration.harness import COMPARE_MEMBERS
 
 SCHEMES = {"none", "naive", "zhybrid", "mzhybrid"}
 
 
-def test_default_run_leaves_figures_and_summary_of_four_schemes(tmp_path):
-    results = tmp_path / "results"
-    proc = subprocess.run(
-        [sys.executable, "-m", "neoxlab", "train.steps=4", "logger.wandb=disabled",
-         f"launch.results_dir={results}"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=900,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    for member in ("local_baseline", "local_naive", "local_zhybrid", "local_mzhybrid"):
+@pytest.mark.timeout(1000)  # its set-up may make the session's local_compare run (<= 900 s)
+def test_default_run_leaves_figures_and_summary_of_four_schemes(compare_run):
+    results = compare_run.results
+    for member in COMPARE_MEMBERS:
         assert len(list((results / member).iterdir())) == 1
     runs = pd.read_parquet(results / "tables" / "local_compare.runs.parquet")
     assert set(runs["scheme"]) == SCHEMES
@@ -32,4 +26,4 @@ def test_default_run_leaves_figures_and_summary_of_four_schemes(tmp_path):
         for ext in ("png", "pdf"):
             path = results / "figures" / f"local_compare.{kind}.{ext}"
             assert path.stat().st_size > 1000, path
-    assert "figures:" in proc.stdout
+    assert "figures:" in compare_run.proc.stdout

@@ -1,7 +1,8 @@
 """Serving a training run's checkpoint (`serve.weights=run:<dir>`): a TP=2 x PP=2 x DP=2 run
-trains a few steps; served at TP=2 (a real 2-rank serve run) and at TP=1 (in process), the
-model computes what transformers' GPTNeoXForCausalLM computes with the checkpoint's weights,
-converted here independently of the loader. Damaged or foreign run dirs are refused."""
+trains a few steps (the session's `trained_3d`, shared with the training tests); served at
+TP=2 (a real 2-rank serve run) and at TP=1 (in process), the model computes what
+transformers' GPTNeoXForCausalLM computes with the checkpoint's weights, converted here
+independently of the loader. Damaged or foreign run dirs are refused."""
 
 from __future__ import annotations
 
@@ -17,12 +18,11 @@ from neoxlab.serve.distributed import init_single_process, shutdown
 from neoxlab.serve.weights import build_serve_model
 from neoxlab.serve.workload import load_traces
 from neoxlab.train import checkpoints
-from tests.integration.harness import read_status, run_experiment
+from tests.integration.harness import CHECKPOINT_EVERY, TRAIN_STEPS, read_status, run_experiment
 
-STEPS, EVERY = 4, 2  # checkpoints after steps 2 and 4
-MODEL = ["model.num_layers=2"]  # local_3d trains neox_tiny; serve must use the same model
-SERVE = [
-    "model=neox_tiny", *MODEL, "serve.num_requests=5", "serve.prompt_len_min=2",
+STEPS, EVERY = TRAIN_STEPS, CHECKPOINT_EVERY  # checkpoints after steps EVERY and STEPS
+SERVE = [  # local_3d trains neox_tiny; serve must use the same model
+    "model=neox_tiny", "serve.num_requests=5", "serve.prompt_len_min=2",
     "serve.prompt_len_max=6", "serve.output_len_min=3", "serve.output_len_max=10",
     "serve.max_seq_len=24", "serve.slots=4", "serve.mean_gap_ms=5",
     "serve.engines=[fused,sequential]",
@@ -35,14 +35,9 @@ def output(proc) -> str:
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory) -> Path:
-    results = tmp_path_factory.mktemp("train")
-    proc, run_dir = run_experiment("local_3d", results, *MODEL, f"train.steps={STEPS}",
-                                   f"train.checkpoint_every={EVERY}", "parallel.grad_accum=1",
-                                   timeout=400)
-    assert proc.returncode == 0, output(proc)
-    assert [c.step for c in checkpoints.usable(checkpoints.scan(run_dir))] == [STEPS, EVERY]
-    return run_dir
+def trained(trained_3d: Path) -> Path:
+    assert [c.step for c in checkpoints.usable(checkpoints.scan(trained_3d))] == [STEPS, EVERY]
+    return trained_3d
 
 
 @pytest.fixture(scope="module")

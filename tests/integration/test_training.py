@@ -1,4 +1,5 @@
-"""End-to-end local training: complete run dirs and layout-independent losses."""
+"""End-to-end local training: complete run dirs and layout-independent losses. The local_3d
+run is the session's `trained_3d` (conftest), whose checkpoints the serving tests read."""
 
 from __future__ import annotations
 
@@ -6,9 +7,9 @@ import json
 
 import pytest
 
-from tests.integration.harness import read_metrics, read_status, run_experiment
+from tests.integration.harness import TRAIN_STEPS, read_metrics, read_status, run_experiment
 
-STEPS = 10
+STEPS = TRAIN_STEPS
 # Both layouts start from identical weights and see the same 8 sequences per step. They
 # differ only in fp32 summation order (TP splits matmuls and the vocab softmax, DP sums 8
 # instead of 2 gradient shards, micro-batches accumulate 4 instead of 1), which perturbs
@@ -17,14 +18,11 @@ LOSS_RTOL = 1e-4
 
 
 @pytest.fixture(scope="module")
-def two_layouts(tmp_path_factory):
+def two_layouts(tmp_path_factory, trained_3d):
     root = tmp_path_factory.mktemp("results")
-    runs = {}
-    for name in ("local_3d", "local_dp"):
-        proc, run_dir = run_experiment(name, root, f"train.steps={STEPS}")
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        runs[name] = run_dir
-    return runs
+    proc, run_dir = run_experiment("local_dp", root, f"train.steps={STEPS}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return {"local_3d": trained_3d, "local_dp": run_dir}
 
 
 def test_run_dir_is_complete(two_layouts):
