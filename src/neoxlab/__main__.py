@@ -13,11 +13,10 @@ from neoxlab.launch import run_here, scheduler_module
 from neoxlab.launch.emulated import preflight
 from neoxlab.launch.manifest import record_job
 from neoxlab.launch.slurm import local_slurm_refusal
-from neoxlab.launch.submit import submit_and_record
+from neoxlab.launch.submit import submit_from_login
 from neoxlab.neox.validate import check_neox_inputs
 from neoxlab.results import figures, tables
 from neoxlab.results.compare import format_table, member_row
-from neoxlab.run import rundir
 from neoxlab.run.plan import plan_run
 from neoxlab.run.status import report
 from neoxlab.tasks import TASKS
@@ -123,14 +122,8 @@ def submit_job(cfg: Config, run_dir: Path, overrides: list[str]) -> int:
         print("[neoxlab] launch.submit=false: job script rendered, nothing submitted",
               flush=True)
         return 0
-    job_id = submit_and_record(cfg, run_dir, rundir.State.FAILED, "submission failed: {exc}",
-                               overrides=overrides)
-    if job_id is None:
-        return 1
-    rundir.set_status(run_dir, rundir.State.SUBMITTED, job_id=job_id)
-    print(f"[neoxlab] submitted {cfg.cluster.scheduler} job {job_id}; "
-          f"`make status EXP={cfg.experiment}` shows its state", flush=True)
-    return 0
+    return submit_from_login(cfg, run_dir, "submitted", "submission failed: {exc}",
+                             overrides=overrides)
 
 
 def run(args: list[str]) -> int:

@@ -27,3 +27,16 @@ def submit_and_record(cfg: Config, run_dir: Path, failed: rundir.State, failure:
         return None
     manifest.record_job(run_dir, cfg, job_id, **fields)
     return job_id
+
+
+def submit_from_login(cfg: Config, run_dir: Path, verb: str, failure: str,
+                      **fields: Any) -> int:
+    """`make run` and `make resume` on a login node: submit, record, mark the run submitted
+    and say how to follow it; the exit code (1 when the submission failed)."""
+    job_id = submit_and_record(cfg, run_dir, rundir.State.FAILED, failure, **fields)
+    if job_id is None:
+        return 1
+    rundir.set_status(run_dir, rundir.State.SUBMITTED, job_id=job_id)
+    print(f"[neoxlab] {verb} {cfg.cluster.scheduler} job {job_id}; "
+          f"`make status EXP={cfg.experiment}` shows its state", flush=True)
+    return 0

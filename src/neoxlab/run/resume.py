@@ -17,7 +17,7 @@ from neoxlab.config.check import check, exit_on_config_error
 from neoxlab.launch import run_here, scheduler_module
 from neoxlab.launch.manifest import read as read_manifest
 from neoxlab.launch.slurm import local_slurm_refusal
-from neoxlab.launch.submit import submit_and_record
+from neoxlab.launch.submit import submit_from_login
 from neoxlab.run import rundir
 from neoxlab.run.status import live_ranks, report
 from neoxlab.train import checkpoints
@@ -85,14 +85,8 @@ def check_no_live_job(cfg: Config, run_dir: Path) -> None:
 def resubmit(cfg: Config, run_dir: Path) -> int:
     """Submit the run dir's own job script again; its ranks resume from the checkpoints."""
     rundir.set_status(run_dir, rundir.State.SUBMITTED, resumed=True)
-    job_id = submit_and_record(cfg, run_dir, rundir.State.FAILED,
-                               "resubmission failed: {exc}", resumed=True)
-    if job_id is None:
-        return 1
-    rundir.set_status(run_dir, rundir.State.SUBMITTED, job_id=job_id)
-    print(f"[neoxlab] resubmitted as {cfg.cluster.scheduler} job {job_id}; "
-          f"`make status EXP={cfg.experiment}` shows its state", flush=True)
-    return 0
+    return submit_from_login(cfg, run_dir, "resubmitted as", "resubmission failed: {exc}",
+                             resumed=True)
 
 
 def plan_line(run_dir: Path, cfg: Config) -> str:
