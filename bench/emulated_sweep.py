@@ -1,11 +1,17 @@
-"""The four schemes on 2 emulated nodes, side by side at each inter-node rate: throughput gain
-over baseline per scheme, and the baseline's communication share of a step.
+"""The four schemes on emulated nodes, side by side at each inter-node rate: samples/s and
+TFLOPS/GPU per scheme, gain over baseline, the measured communication share of a step and
+what the uplinks carried; every point is one run of experiment emulated_sweep.
 
-Needs root + iproute2; run it alone (it is heavy):
-    /work/heavy .venv/bin/python bench/emulated_sweep.py --rates none 200 40 --steps 6
-Writes results/tables/emulated_sweep.csv and prints the table. Caveat: comm_share divides
-all accounted comm time (start-up broadcasts included) by the timed steps, so it overstates
-the share of short runs (above 100 % at 40 Mbit/s, 5 steps); per-step comm time is missing.
+Needs root + iproute2; run it alone (it is heavy, about 15 minutes with the defaults):
+    /work/heavy .venv/bin/python bench/emulated_sweep.py --rates none 1000 200 40 10
+    /work/heavy .venv/bin/python bench/emulated_sweep.py --layout 4x1 --rates none 40
+Appends to results/tables/emulated_sweep.sweep.csv (a row per layout, rate and scheme; a
+point measured again replaces its row), then `make figures EXP=emulated_sweep` draws it.
+
+comm share: the accounted time of the training collectives (all-reduce, reduce-scatter,
+all-gather, all-to-all; start-up broadcasts left out) per rank over the run's summed step
+times. `external`: other jobs' threads competing for the cores during the steady steps
+(perfmodel.stretch), the input the performance model takes for a shared machine.
 """
 
 from __future__ import annotations
@@ -17,65 +23,106 @@ import subprocess
 import sys
 from pathlib import Path
 
+from neoxlab.perfmodel.stretch import Sampler, during_steps
+
 REPO = Path(__file__).resolve().parents[1]
 SCHEMES = ("none", "naive", "zhybrid", "mzhybrid")
+LAYOUTS = {  # name -> overrides of experiment emulated_sweep
+    "2x2": [],  # TP=2 inside a node, DP=2 across 2 nodes (2 ranks share an uplink)
+    "4x1": ["cluster.nodes=4", "cluster.ranks_per_node=1", "parallel.tp=1"],  # DP=4
+}
+STEP_OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
+TABLE = Path("tables") / "emulated_sweep.sweep.csv"
+KEY = ("layout", "rate_mbit", "scheme")
 
 
-def run(scheme: str, rate: str, args, results: Path) -> Path:
-    cmd = [sys.executable, "-m", "neoxlab", "experiment=emulated_2x2", f"compression={scheme}",
+def run(scheme: str, rate: str, layout: str, args) -> tuple[Path, float | None]:
+    """One sweep point; the run dir and the other jobs' threads during its steady steps."""
+    cmd = [sys.executable, "-m", "neoxlab", "experiment=emulated_sweep",
+           f"compression={scheme}", f"model={args.model}", f"train.steps={args.steps}",
            f"cluster.emulated.inter.rate_mbit={'null' if rate == 'none' else rate}",
-           f"model={args.model}", f"train.steps={args.steps}", "logger.wandb=disabled",
-           f"launch.results_dir={results}", "cluster.emulated.prefix=nxsweep"]
-    subprocess.run(cmd, cwd=REPO, check=True, capture_output=True, text=True)
-    return sorted((results / "emulated_2x2").iterdir())[-1]
+           f"launch.results_dir={args.results}", *LAYOUTS[layout]]
+    with Sampler("neoxlab.train") as sampler:
+        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n"
+                           f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    run_dir = sorted((args.results / "emulated_sweep").iterdir())[-1]
+    load = during_steps(sampler, read_jsonl(run_dir / "metrics.jsonl"), 2)
+    return run_dir, None if load is None else load.external(2)
 
 
-def measure(run_dir: Path, warmup: int) -> dict:
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def measure(run_dir: Path) -> dict:
     summary = json.loads((run_dir / "summary.json").read_text())
-    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    metrics = read_jsonl(run_dir / "metrics.jsonl")
     network = json.loads((run_dir / "network.json").read_text())
     world = network["nodes"] * network["ranks_per_node"]
-    comm_s = sum(t["comm_s"] for t in summary["comm"].values()) / world  # per rank, all steps
+    comm = [r for r in read_jsonl(run_dir / "comm.jsonl") if r["op"].startswith(STEP_OPS)]
+    comm_s = sum(r["comm_s"] for r in comm) / world
+    codec_s = sum(r["compress_s"] + r["decompress_s"] for r in comm) / world
     total_s = sum(m["iteration_s"] for m in metrics)
     uplink = sum(u["tx_bytes"] for u in network["uplinks"].values())
     return {
         "samples_per_s": summary["median_samples_per_s"],
         "tflops_per_gpu": summary["median_tflops_per_gpu"],
+        "step_s": summary["median_iteration_s"],
         "comm_share": comm_s / total_s,
+        "codec_share": codec_s / total_s,
         "uplink_MB_per_step": uplink / len(metrics) / 1e6,
         "final_loss": summary["final_loss"],
     }
 
 
+def write(rows: list[dict], path: Path) -> None:
+    """Merge into the table: a point measured again replaces its earlier row."""
+    old = []
+    if path.exists():
+        with path.open() as f:
+            old = list(csv.DictReader(f))
+    fresh = {tuple(str(r[k]) for k in KEY) for r in rows}
+    kept = [r for r in old if tuple(r[k] for k in KEY) not in fresh]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows([*kept, *rows])
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rates", nargs="+", default=["none", "200", "40"],
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rates", nargs="+", default=["none", "1000", "200", "40", "10"],
                         help="inter-node Mbit/s per node and direction; none: unshaped")
-    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--layout", choices=sorted(LAYOUTS), default="2x2")
+    parser.add_argument("--schemes", nargs="+", default=list(SCHEMES))
+    parser.add_argument("--steps", type=int, default=5, help="2 warm-up steps + the median's")
     parser.add_argument("--model", default="neox_small")
     parser.add_argument("--results", type=Path, default=REPO / "results")
     args = parser.parse_args()
-    rows = []
+    args.results = args.results.resolve()
+    rows: list[dict] = []
     for rate in args.rates:
         base = None
-        for scheme in SCHEMES:
-            m = measure(run(scheme, rate, args, args.results), 2)
+        for scheme in args.schemes:
+            run_dir, external = run(scheme, rate, args.layout, args)
+            m = measure(run_dir)
             base = base or m
-            rows.append({"rate_mbit": rate, "scheme": scheme, **m,
+            rows.append({"layout": args.layout, "rate_mbit": rate, "scheme": scheme, **m,
                          "gain_samples": m["samples_per_s"] / base["samples_per_s"] - 1,
                          "gain_tflops": m["tflops_per_gpu"] / base["tflops_per_gpu"] - 1,
-                         "baseline_comm_share": base["comm_share"]})
-            print(f"{rate:>6} {scheme:<9} {m['samples_per_s']:8.3f} samples/s "
-                  f"gain {rows[-1]['gain_samples']:+7.1%}  comm share {m['comm_share']:.0%}  "
-                  f"uplinks {m['uplink_MB_per_step']:.2f} MB/step  loss {m['final_loss']:.4f}",
+                         "baseline_comm_share": base["comm_share"], "external": external,
+                         "run_dir": str(run_dir)})
+            print(f"{args.layout} {rate:>5} {scheme:<9} {m['samples_per_s']:7.3f} samples/s "
+                  f"gain {rows[-1]['gain_samples']:+7.1%}  comm {m['comm_share']:4.0%}  "
+                  f"codec {m['codec_share']:4.0%}  uplinks {m['uplink_MB_per_step']:6.2f} "
+                  f"MB/step  external {external or 0:.1f}  loss {m['final_loss']:.4f}",
                   flush=True)
-    out = args.results / "tables" / "emulated_sweep.csv"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    print(f"table: {out}")
+            write(rows, args.results / TABLE)
+    print(f"table: {args.results / TABLE}")
     return 0
 
 

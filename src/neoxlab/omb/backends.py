@@ -290,11 +290,17 @@ class TorchBackend:
 
 
 def rendezvous(comm: Any) -> tuple[str, int]:
-    """(MASTER_ADDR, MASTER_PORT) agreed through MPI: rank 0's host, loopback on one host."""
-    host = socket.gethostname()
-    hosts = comm.allgather(host)
+    """(MASTER_ADDR, MASTER_PORT) agreed through MPI: rank 0's address, loopback when every
+    rank shares one node. The node test is MPI's shared-memory split, not host names: on an
+    emulated cluster (cluster=emulated) every rank has this machine's name, which resolves
+    to its own namespace's address."""
+    from mpi4py import MPI
+
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+    one_node = comm.allreduce(local.Get_size(), op=MPI.MIN) == comm.Get_size()
+    local.Free()
     if comm.Get_rank() == 0:
-        addr = "127.0.0.1" if len(set(hosts)) == 1 else host
+        addr = "127.0.0.1" if one_node else socket.gethostbyname(socket.gethostname())
         port = int(os.environ.get("MASTER_PORT") or 0) or _free_port()
     else:
         addr, port = "", 0

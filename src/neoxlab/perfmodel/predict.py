@@ -16,7 +16,9 @@ share of layers. The fill and drain slots are reported as `bubble`;
 Ranks sharing cores (CPU clusters, `shared_cores`): the profile holds values for a core of
 one's own, and a step is the longer of the critical path, slowed by the share of a core its
 busy ranks get, and an average rank's CPU work (compute, overheads, codecs) at its share of
-the cores (see slowdowns()); idle pipeline stages lend their cores to busy ones.
+the cores (see slowdowns()); idle pipeline stages lend their cores to busy ones. Time on an
+inter-node link is wire time and is not slowed; the ranks of emulated nodes
+(cluster.emulated) all share this machine's cores_per_node cores.
 """
 
 from __future__ import annotations
@@ -97,6 +99,8 @@ def slowdowns(cfg: Config, layout: Layout, profile: PerfProfile, external: float
     c = cfg.cluster
     cores = max(c.cores_per_node, 1)
     ranks = min(c.ranks_per_node, layout.world_size)
+    if c.emulated is not None:  # emulated nodes all run on this machine's cores
+        ranks = layout.world_size
     m, pp = layout.grad_accum, layout.pp
     others = max(external or 0.0, 0.0)
     busy = ranks * m / (m + pp - 1)
@@ -142,7 +146,10 @@ def _predict(cfg: Config, layout: Layout, p: PerfProfile, origin: str,
         "codec": m * codec_mb + codec_step,
     }
     slow_path, slow_cores = slowdowns(cfg, layout, p, external)
-    critical = sum(breakdown.values()) * slow_path
+    # time on an inter-node wire passes at the wire's pace, whatever share of a core the
+    # waiting ranks get (emulated nodes: shaped uplinks); everything else is slowed
+    wire = sum(breakdown[dim] for dim in ("tp", "pp", "dp", "zero") if links[dim] == "inter")
+    critical = (sum(breakdown.values()) - wire) * slow_path + wire
     # ranks sharing cores: the CPU work of an average rank at its share of the cores
     work = m * (compute_avg + overhead_avg + codec_mb) + codec_step + step_cpu
     throughput = work * slow_cores if p.shared_cores else 0.0

@@ -1,0 +1,68 @@
+# %% [markdown]
+# # Where compression starts to pay: the four schemes on emulated nodes
+# Gain over the uncompressed baseline (samples/s; TFLOPS/GPU gains are the same numbers: both
+# divide the step's work by the same iteration time) against the uplink rate and against the
+# baseline's measured communication share. Points: measured (bench/emulated_sweep.py); lines:
+# the performance model with the uplink fitted from gloo all-reduce sweeps inside the
+# emulated cluster (bench/emulated_model.py); dashed: the published Lassen gains; dotted: the
+# communication share the model predicts for Lassen's baseline at 192 GPUs.
+# experiments: emulated_sweep
+# outputs: figures/{exp}.gain.png, figures/{exp}.gain.pdf
+
+# %%
+import json
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import style
+from IPython.display import display
+
+ctx = style.setup()
+sweep = pd.read_csv(ctx.tables / f"{ctx.exp}.sweep.csv")
+curves_path = ctx.tables / f"{ctx.exp}.curves.csv"
+curves = pd.read_csv(curves_path) if curves_path.exists() else None
+lassen_path = ctx.tables / f"{ctx.exp}.lassen.json"
+lassen = json.loads(lassen_path.read_text()) if lassen_path.exists() else None
+PUBLISHED = {"naive": 22.5, "zhybrid": 17.3}  # TFLOPS/GPU gains at 192 V100 (the paper)
+display(sweep[["layout", "rate_mbit", "scheme", "samples_per_s", "gain_samples", "comm_share"]])
+
+# %%
+shaped = sweep["rate_mbit"].astype(str) != "none"
+top = sweep.loc[shaped, "rate_mbit"].astype(float).max() if shaped.any() else 1000.0
+unshaped_x = top * 3  # the unshaped links, drawn right of the fastest shaped rate
+sweep["x"] = np.where(shaped, pd.to_numeric(sweep["rate_mbit"], errors="coerce"), unshaped_x)
+markers = {"2x2": "o", "4x1": "s"}
+fig, axes = plt.subplots(1, 2, sharey=True)
+for scheme in style.order(sweep["scheme"]):
+    if scheme == style.BASELINE:
+        continue
+    for layout, rows in sweep[sweep["scheme"] == scheme].groupby("layout"):
+        kw = {"color": style.color(scheme), "marker": markers.get(layout, "^"), "ls": "none"}
+        axes[0].plot(rows["x"], rows["gain_samples"] * 100, **kw,
+                     label=f"{style.label(scheme)} {layout} (measured)")
+        axes[1].plot(rows["baseline_comm_share"] * 100, rows["gain_samples"] * 100, **kw)
+        if curves is not None:
+            c = curves[(curves["scheme"] == scheme) & (curves["layout"] == layout)]
+            axes[0].plot(c["rate_mbit"], c["gain"] * 100, color=style.color(scheme), lw=1.2,
+                         label=f"{style.label(scheme)} {layout} (model)")
+            axes[1].plot(c["baseline_comm_share"] * 100, c["gain"] * 100,
+                         color=style.color(scheme), lw=1.2)
+    if scheme in PUBLISHED:
+        for ax in axes:
+            ax.axhline(PUBLISHED[scheme], color=style.color(scheme), ls="--", lw=0.8)
+if lassen is not None:
+    axes[1].axvline(lassen["baseline_comm_share"] * 100, color="#555555", ls=":", lw=1.2,
+                    label="Lassen baseline comm share (model)")
+for ax in axes:
+    ax.axhline(0, color="#000000", lw=0.6)
+    ax.grid(True, which="major", alpha=0.3)
+axes[0].set_xscale("log")
+axes[0].set_xlabel("Uplink rate per node (Mbit/s; rightmost: unshaped)")
+axes[1].set_xlabel("Baseline's communication share of a step (%, measured)")
+axes[0].set_ylabel("Gain over baseline (samples/s = TFLOPS/GPU, %)")
+handles, labels = axes[0].get_legend_handles_labels()
+h1, l1 = axes[1].get_legend_handles_labels()
+fig.legend(handles + h1, labels + l1, loc="outside right upper", fontsize=7)
+fig.suptitle(f"{ctx.exp}: gain over baseline per scheme (dashed: published Lassen gains)")
+style.save(fig, ctx, "gain")

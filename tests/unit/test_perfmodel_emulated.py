@@ -1,0 +1,69 @@
+"""The performance model on an emulated cluster: the uplink model, shared cores, wire time,
+and the crossover read from gains."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from neoxlab.config.profile import LinkProfile
+from neoxlab.perfmodel import emulated as em
+from neoxlab.perfmodel.predict import slowdowns
+
+
+def local():
+    """The local cluster's YAML profile (no calibration file under a missing results dir)."""
+    return em.local_profile(Path("/nonexistent"))[0]
+
+
+FITS = {"none": LinkProfile(latency_us=300.0, bandwidth_gbs=1.0),
+        "200": LinkProfile(latency_us=2000.0, bandwidth_gbs=0.0225),  # 0.9 of 25 MB/s
+        "10": LinkProfile(latency_us=4000.0, bandwidth_gbs=0.0011875)}  # 0.95 of 1.25 MB/s
+
+
+def test_uplink_model_scales_the_nominal_rate_by_the_fitted_efficiency():
+    links = em.UplinkModel.from_fits(FITS)
+    assert links.efficiency == pytest.approx(0.925)
+    assert links.latency_us == pytest.approx(3000.0)
+    assert links.uplink(40.0).bandwidth_gbs == pytest.approx(0.925 * 40 / 8e3)
+    assert links.uplink(1e6).bandwidth_gbs == pytest.approx(1.0)  # never above the bare veth
+    assert links.uplink(None) == FITS["none"]
+    with pytest.raises(ValueError, match="unshaped"):
+        em.UplinkModel.from_fits({"200": FITS["200"]})
+
+
+def test_slower_uplinks_make_compression_pay_and_only_the_wire_grows():
+    links = em.UplinkModel.from_fits(FITS)
+    base = local()
+    gains, steps = [], []
+    for rate in ("none", "200", "40", "10"):
+        preds = {s: em.predict_point(em.sweep_config(s, rate, [], "neox_small"), base, links,
+                                     None, None) for s in ("none", "naive")}
+        gains.append(preds["naive"].samples_per_s / preds["none"].samples_per_s - 1)
+        steps.append(preds["none"])
+    assert gains == sorted(gains)  # the slower the link, the more naive gains
+    assert gains[0] < 0 < gains[-1]
+    # the DP reduction crosses the uplink; its time grows as the rate falls, compute does not
+    assert all(p.links["dp"] == "inter" and p.links["tp"] == "intra" for p in steps)
+    assert steps[-1].breakdown["dp"] > 10 * steps[1].breakdown["dp"]
+    slow, fast = steps[-1], steps[1]
+    assert (slow.breakdown["compute"] / slow.slowdown
+            == pytest.approx(fast.breakdown["compute"] / fast.slowdown))
+
+
+def test_emulated_nodes_share_the_machine_cores():
+    # 2 emulated nodes x 2 ranks run on the machine's 2 cores: 4 ranks share them (the
+    # cluster's cores_per_node is the machine's), not 2 per node
+    from neoxlab.layout import resolve_layout
+
+    cfg = em.sweep_config("none", "none", [], "neox_small")
+    assert slowdowns(cfg, resolve_layout(cfg), local(), None) == (2.0, 2.0)
+
+
+def test_crossover_interpolates_on_log_rate():
+    assert em.crossover([1000, 100, 10], [-0.5, -0.1, 0.3]) == pytest.approx(
+        math.exp(math.log(100) + 0.25 * (math.log(10) - math.log(100))))
+    assert em.crossover([1000, 10], [0.1, 0.2]) is None  # pays everywhere
+    assert em.crossover([1000, 10], [-0.1, -0.2]) is None  # nowhere
