@@ -4,6 +4,7 @@ the baseline's seed band (min..max over seeds) over the last half of training?
 
     /work/heavy .venv/bin/python bench/loss_study.py                  # 4 schemes x 3 seeds
     /work/heavy .venv/bin/python bench/loss_study.py --model neox_small --steps 300
+    .venv/bin/python bench/loss_study.py --steps 120 --from-runs     # re-read finished runs
 
 Writes results/tables/loss_study.curves.csv (scheme, seed, step, loss, smoothed loss) and
 prints per scheme its final loss (mean over seeds) and the share of late steps outside the
@@ -38,6 +39,18 @@ def run(scheme: str, seed: int, args) -> Path:
     return sorted((args.results / "loss_study").iterdir())[-1]
 
 
+def finished_runs(results: Path, steps: int) -> dict[tuple[str, int], Path]:
+    """(scheme, seed) -> the newest run dir of loss_study with `steps` logged steps."""
+    found = {}
+    for run_dir in sorted((results / "loss_study").iterdir()):
+        metrics = run_dir / "metrics.jsonl"
+        if not metrics.exists() or len(metrics.read_text().splitlines()) != steps:
+            continue
+        cfg = json.loads((run_dir / "config.json").read_text())
+        found[(cfg["compression"]["scheme"], int(cfg["train"]["seed"]))] = run_dir
+    return found
+
+
 def smooth(loss: np.ndarray, k: int = SMOOTH) -> np.ndarray:
     """Trailing moving average (shorter at the start)."""
     c = np.cumsum(np.insert(loss, 0, 0.0))
@@ -69,13 +82,18 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--model", default="neox_tiny")
     parser.add_argument("--results", type=Path, default=REPO / "results")
+    parser.add_argument("--from-runs", action="store_true",
+                        help="no new runs: the finished runs of --steps steps already there")
     args = parser.parse_args()
     args.results = args.results.resolve()
+    done = finished_runs(args.results, args.steps) if args.from_runs else {}
     rows, curves = [], {}
     for scheme in args.schemes:
         per_seed = []
         for seed in args.seeds:
-            run_dir = run(scheme, seed, args)
+            if args.from_runs and (scheme, seed) not in done:
+                continue
+            run_dir = done[(scheme, seed)] if args.from_runs else run(scheme, seed, args)
             loss = np.array([json.loads(line)["loss"] for line in
                              (run_dir / "metrics.jsonl").read_text().splitlines()])
             s = smooth(loss)
@@ -85,7 +103,8 @@ def main() -> int:
                      for i, (v, w) in enumerate(zip(loss, s, strict=True))]
             print(f"{scheme:<9} seed {seed}: final loss {loss[-1]:.4f} "
                   f"(smoothed {s[-1]:.4f})  {run_dir.name}", flush=True)
-        curves[scheme] = np.array(per_seed)
+        if per_seed:
+            curves[scheme] = np.array(per_seed)
     out = args.results / "tables" / "loss_study.curves.csv"
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w", newline="") as f:
