@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +19,8 @@ from tests.conftest import REPO_ROOT
 from tests.integration.harness import (
     CHECKPOINT_EVERY,
     COMPARE_STEPS,
-    TRAIN_STEPS,
+    FOUR_RANKS,
+    processes_of,
     read_status,
     run_experiment,
 )
@@ -39,7 +41,8 @@ def requires_slurm() -> None:
 @dataclass(frozen=True)
 class CompareRun:
     """The default experiment (local_compare, four schemes on the 8-rank 3D layout) as a user
-    starts it: `python -m neoxlab` with no experiment, in strict-device mode."""
+    starts it: `python -m neoxlab` with no experiment, in strict-device mode, TRAIN_STEPS
+    steps with checkpoints every CHECKPOINT_EVERY."""
 
     proc: subprocess.CompletedProcess
     results: Path
@@ -56,7 +59,8 @@ def compare_run(tmp_path_factory) -> CompareRun:
         mp.setenv(STRICT_ENV, "1")  # the rank processes inherit it
         proc = subprocess.run(
             [sys.executable, "-m", "neoxlab", f"train.steps={COMPARE_STEPS}",
-             "logger.wandb=disabled", f"launch.results_dir={results}"],
+             f"train.checkpoint_every={CHECKPOINT_EVERY}", "logger.wandb=disabled",
+             f"launch.results_dir={results}"],
             cwd=REPO_ROOT, capture_output=True, text=True, timeout=900,
         )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -64,12 +68,41 @@ def compare_run(tmp_path_factory) -> CompareRun:
 
 
 @pytest.fixture(scope="session")
-def trained_3d(tmp_path_factory) -> Path:
-    """local_3d (TP=2 x PP=2 x DP=2, ZeRO-1) trained TRAIN_STEPS steps with checkpoints: the
-    training tests read its run dir and losses, the serving tests its checkpoints."""
-    results = tmp_path_factory.mktemp("local_3d")
-    proc, run_dir = run_experiment("local_3d", results, f"train.steps={TRAIN_STEPS}",
-                                   f"train.checkpoint_every={CHECKPOINT_EVERY}", timeout=400)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+def trained_3d(compare_run) -> Path:
+    """local_3d's layout and scheme (TP=2 x PP=2 x DP=2, ZeRO-1, none) trained TRAIN_STEPS
+    steps with checkpoints: compare_run's local_baseline member, which differs from
+    local_3d only in its name. The training tests read its run dir and losses, the serving
+    tests its checkpoints (read-only: a test that changes it works on a copy)."""
+    run_dir = compare_run.member("local_baseline")
     assert read_status(run_dir)["state"] == "completed"
     return run_dir
+
+
+@dataclass(frozen=True)
+class FailedRun:
+    """A 4-rank local_3d run whose rank 3 raises at step 5 after a checkpoint every step,
+    as the launcher left it: the outcome recorded when it ended (status, the rank's error
+    file, live processes, seconds from start to end, start-up included) and its run dir."""
+
+    proc: subprocess.CompletedProcess
+    run_dir: Path
+    status: dict
+    error_file_written: bool
+    leftovers: list
+    elapsed_s: float
+
+
+@pytest.fixture(scope="session")
+def failed_at_step_5(tmp_path_factory) -> FailedRun:
+    """Shared by the failure test (reads the recorded outcome) and the damaged-checkpoint
+    test (damages checkpoints 2-4 in place, then resumes): one launch instead of two."""
+    start = time.monotonic()
+    proc, run_dir = run_experiment(
+        "local_3d", tmp_path_factory.mktemp("failed_at_step_5"), *FOUR_RANKS, "train.steps=5",
+        "train.checkpoint_every=1", "train.keep_checkpoints=4", "launch.fail_rank=3",
+        "launch.fail_step=5",
+    )
+    elapsed = time.monotonic() - start
+    return FailedRun(proc, run_dir, read_status(run_dir),
+                     (run_dir / "logs" / "rank3.error.json").exists(), processes_of(run_dir),
+                     elapsed)

@@ -13,12 +13,14 @@ from tests.conftest import REPO_ROOT
 # its 8 ranks, for tests whose subject does not depend on the data-parallel degree
 FOUR_RANKS = ("parallel.dp=1", "cluster.ranks_per_node=4")
 
-# The session's shared runs (conftest): local_compare's members, of which the compression
-# tests read none and mzhybrid and compare their own runs of the same length with them; and
-# local_3d with checkpoints after steps 5 and 10 for the training and serving tests.
+# The session's shared runs (conftest): local_compare's members, trained TRAIN_STEPS steps
+# with checkpoints after steps 5 and 10. The compression tests read none and mzhybrid and
+# compare their own runs of the same length with them; local_baseline (local_3d's layout
+# and scheme under another name) is also the training tests' 3D run and the serving tests'
+# checkpoints.
 COMPARE_MEMBERS = ("local_baseline", "local_naive", "local_zhybrid", "local_mzhybrid")
-COMPARE_STEPS = 6
 TRAIN_STEPS, CHECKPOINT_EVERY = 10, 5
+COMPARE_STEPS = TRAIN_STEPS
 
 
 def run_experiment(

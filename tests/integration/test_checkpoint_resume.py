@@ -106,11 +106,10 @@ def test_rank_killed_while_writing_a_checkpoint_leaves_the_previous_one(tmp_path
 
 
 @pytest.mark.timeout(600)
-def test_damaged_checkpoints_are_skipped_with_a_warning(tmp_path):
-    proc, run_dir = run_experiment(
-        "local_3d", tmp_path, "train.steps=5", "train.checkpoint_every=1",
-        "train.keep_checkpoints=4", "launch.fail_rank=2", "launch.fail_step=5", *FOUR_RANKS,
-    )
+def test_damaged_checkpoints_are_skipped_with_a_warning(failed_at_step_5):
+    """The session's `failed_at_step_5` (conftest: a checkpoint every step, rank 3 raises at
+    step 5), shared with the failure test, which reads only the outcome it recorded."""
+    proc, run_dir = failed_at_step_5.proc, failed_at_step_5.run_dir
     assert proc.returncode != 0
     assert usable_steps(run_dir) == [4, 3, 2, 1]
     step = {s: checkpoints.root(run_dir) / checkpoints.tag(s) for s in (2, 3, 4)}

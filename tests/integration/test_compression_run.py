@@ -10,9 +10,17 @@ import json
 import pytest
 
 from neoxlab.comm.strict import STRICT_ENV
-from tests.integration.harness import COMPARE_STEPS, read_metrics, read_status, run_experiment
+from tests.integration.harness import (
+    CHECKPOINT_EVERY,
+    COMPARE_STEPS,
+    read_metrics,
+    read_status,
+    run_experiment,
+)
 
-STEPS = COMPARE_STEPS  # the unpatched and lossless runs compare step by step with "none"
+# the unpatched and lossless runs compare step by step with "none": same steps, same
+# checkpoints (local_compare's members save after steps 5 and 10)
+STEPS = COMPARE_STEPS
 MPC_ON_MODEL_PARALLEL = ["compression=lossless_mp"]
 # the first test's set-up may make the session's local_compare run (4 launches, at most
 # 900 s) before this module's own 2 launches
@@ -34,6 +42,7 @@ def runs(tmp_path_factory, compare_run):
         mp.setenv(STRICT_ENV, "1")  # the rank processes inherit it
         for key, (experiment, overrides) in variants.items():
             proc, run_dir = run_experiment(experiment, root / key, f"train.steps={STEPS}",
+                                           f"train.checkpoint_every={CHECKPOINT_EVERY}",
                                            *overrides)
             assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
             assert read_status(run_dir)["state"] == "completed"

@@ -12,26 +12,24 @@ import psutil
 import pytest
 
 from tests.conftest import REPO_ROOT
-from tests.integration.harness import FOUR_RANKS, processes_of, read_status, run_experiment
+from tests.integration.harness import FOUR_RANKS, processes_of, read_status
 
 END_WITHIN_S = 60
 
 
-def test_rank_that_raises_fails_the_job(results_dir):
-    start = time.monotonic()
-    proc, run_dir = run_experiment(
-        "local_3d", results_dir, "train.steps=50", "launch.fail_rank=3", "launch.fail_step=2",
-        *FOUR_RANKS,
-    )
-    assert proc.returncode != 0
-    status = read_status(run_dir)
+def test_rank_that_raises_fails_the_job(failed_at_step_5):
+    """The session's `failed_at_step_5` (conftest), whose checkpoints the damaged-checkpoint
+    test reuses: its outcome as recorded when the launcher returned."""
+    failed = failed_at_step_5
+    assert failed.proc.returncode != 0
+    status = failed.status
     assert status["state"] == "failed"
     assert status["failed_rank"] == 3
     assert "InjectedFailure" in status["error"]
-    assert "rank 3" in proc.stdout
-    assert (run_dir / "logs" / "rank3.error.json").exists()
-    assert not processes_of(run_dir)
-    assert time.monotonic() - start < 120  # start-up included; the failure itself is quick
+    assert "rank 3" in failed.proc.stdout
+    assert failed.error_file_written  # logs/rank3.error.json
+    assert not failed.leftovers
+    assert failed.elapsed_s < 120  # start-up included; the failure itself is quick
 
 
 def _start(results_dir, steps=400):

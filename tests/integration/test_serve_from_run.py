@@ -1,8 +1,9 @@
 """Serving a training run's checkpoint (`serve.weights=run:<dir>`): a TP=2 x PP=2 x DP=2 run
-trains a few steps (the session's `trained_3d`, shared with the training tests); served at
-TP=2 (a real 2-rank serve run) and at TP=1 (in process), the model computes what
-transformers' GPTNeoXForCausalLM computes with the checkpoint's weights, converted here
-independently of the loader. Damaged or foreign run dirs are refused."""
+trains a few steps (the session's `trained_3d`: local_compare's local_baseline member, shared
+with the training and compression tests); served at TP=2 (a real 2-rank serve run) and at
+TP=1 (in process), the model computes what transformers' GPTNeoXForCausalLM computes with
+the checkpoint's weights, converted here independently of the loader. Damaged or foreign run
+dirs are refused."""
 
 from __future__ import annotations
 
@@ -105,7 +106,7 @@ def hf_from_checkpoint(step_dir: Path, m: ModelConfig, tp: int):
     return model
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1300)  # its set-up may make the session's local_compare run (<= 900 s)
 def test_tp2_serve_run_from_checkpoint_generates_like_transformers(trained, run_config,
                                                                    tmp_path):
     proc, serve_dir = run_experiment("flover_tp2", tmp_path, *SERVE,

@@ -1,5 +1,6 @@
-"""End-to-end local training: complete run dirs and layout-independent losses. The local_3d
-run is the session's `trained_3d` (conftest), whose checkpoints the serving tests read."""
+"""End-to-end local training: complete run dirs and layout-independent losses. The 3D run
+is the session's `trained_3d` (conftest: local_compare's local_baseline member, local_3d
+under another name), whose checkpoints the serving tests read."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ STEPS = TRAIN_STEPS
 # instead of 2 gradient shards, micro-batches accumulate 4 instead of 1), which perturbs
 # the loss around 1e-7 relative per step; Adam amplifies it a little over 10 steps.
 LOSS_RTOL = 1e-4
+# the first test's set-up may make the session's local_compare run (<= 900 s) before local_dp
+pytestmark = pytest.mark.timeout(1500)
 
 
 @pytest.fixture(scope="module")

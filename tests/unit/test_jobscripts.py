@@ -96,23 +96,27 @@ def test_every_rendered_script_is_shellcheck_clean(tmp_path, experiment, cluster
 HOSTILE = ["$(touch {m})", "`touch {m}`", "x; touch {m}", "x\ntouch {m}", "x' ; touch {m}; '"]
 
 
-@pytest.mark.parametrize("template", HOSTILE)
-def test_config_values_in_scripts_cannot_execute(tmp_path, template):
-    """Run the rendered script with stand-in module/jsrun: the value arrives as text."""
-    marker = tmp_path / "pwned"
-    value = template.format(m=marker)
+def test_config_values_in_scripts_cannot_execute(tmp_path):
+    """Run the rendered script with stand-in module/jsrun: every value arrives as text. All
+    the hostile values go into one script (one module line and one variable each), so its
+    two `jobstep` steps start a Python process twice, not twice per value."""
+    values = [template.format(m=tmp_path / f"pwned{i}") for i, template in enumerate(HOSTILE)]
     cfg = compose_experiment("local_3d", ["cluster=lassen", "cluster.nodes=2",
                                           "cluster.device=cpu", "launch.submit=false"])
-    cfg.cluster.modules = [value]
+    cfg.cluster.modules = list(values)
     cfg.cluster.activate = str(tmp_path / "activate")
-    cfg.cluster.env = {"HOSTILE": value}
+    cfg.cluster.env = {f"HOSTILE{i}": value for i, value in enumerate(values)}
     run_dir = plan_run(cfg, root=tmp_path)
     (tmp_path / "activate").write_text("")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     seen = tmp_path / "seen"
-    (bin_dir / "module").write_text(f'#!/bin/bash\nprintf %s "$2" > {seen}.module\n')
-    (bin_dir / "jsrun").write_text(f'#!/bin/bash\nprintf %s "$HOSTILE" > {seen}.env\n')
+    # `module load <value>`, one call per value in order: each call writes its own file
+    (bin_dir / "module").write_text(
+        f'#!/bin/bash\nn=$(find {tmp_path} -maxdepth 1 -name "seen.module.*" | wc -l)\n'
+        f'printf %s "$2" > {seen}.module."$n"\n')
+    (bin_dir / "jsrun").write_text("#!/bin/bash\n" + "".join(
+        f'printf %s "$HOSTILE{i}" > {seen}.env.{i}\n' for i in range(len(values))))
     for stub in bin_dir.iterdir():
         stub.chmod(0o755)
     script = lsf.write_script(cfg, run_dir)
@@ -121,9 +125,10 @@ def test_config_values_in_scripts_cannot_execute(tmp_path, template):
     out = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True,
                          timeout=120, check=False)
     assert out.returncode == 0, out.stderr
-    assert not marker.exists()
-    assert Path(f"{seen}.module").read_text() == value
-    assert Path(f"{seen}.env").read_text() == value
+    for i, value in enumerate(values):
+        assert not (tmp_path / f"pwned{i}").exists(), value
+        assert Path(f"{seen}.module.{i}").read_text() == value
+        assert Path(f"{seen}.env.{i}").read_text() == value
 
 
 @pytest.mark.parametrize("field", ["cluster.queue", "cluster.account"])
