@@ -63,6 +63,24 @@ def test_medians_keep_sizes_every_round_measured():
         compare.medians([])
 
 
+def test_overhead_range_pairs_rounds_and_shows_as_a_column():
+    ref = [{1: 1.0, 2: 2.0, 4: 1.0}, {1: 3.0, 2: 2.0}]
+    other = [{1: 1.5, 2: 2.1}, {1: 3.1, 2: 4.0}]
+    spread = compare.overhead_range(ref, other)
+    assert sorted(spread) == [1, 2]  # 4 was not measured in every round
+    assert spread[1] == pytest.approx((0.1, 0.5))
+    assert spread[2] == pytest.approx((0.1, 2.0))
+    table = compare.format_sides({"osu": {1: 2.0}, "python": {1: 2.3}}, ("osu", "python"),
+                                 {1: (0.1, 0.5)})
+    assert table.splitlines()[0].endswith("overhead range")
+    assert table.splitlines()[1].endswith("+0.10..+0.50")
+    pairs = compare.pair_up({1: 2.0}, {1: 2.3})
+    assert "overhead range" not in compare.format_pairs(pairs)
+    assert compare.format_pairs(pairs, spread).splitlines()[1].endswith("+0.10..+0.50")
+    with pytest.raises(ValueError, match="same"):
+        compare.overhead_range(ref, other[:1])
+
+
 def test_overhead_ratio_and_verdicts_on_given_numbers():
     native_us = {0: 0.5, 1: 0.20, 2: 0.20, 4: 0.25, 8: 0.30, 16: 0.4}
     python_us = {0: 9.0, 1: 0.45, 2: 0.40, 4: 0.50, 8: 0.55, 16: 2.0, 32: 3.0}
