@@ -1,8 +1,12 @@
 """Pure parts behind make omb-compare and bench/omb_compressed.py: OSU table parsing,
-medians, overhead verdicts, crossover and break-even bandwidth, native build commands."""
+medians, overhead verdicts and ranges, crossover and break-even bandwidth, native build
+commands; bench/omb_overhead.py's forms run."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +14,7 @@ import pytest
 from neoxlab.omb import compare, native
 from neoxlab.omb.options import OmbOptions
 from neoxlab.omb.report import format_rows, make_row, parse_table
+from tests.conftest import REPO_ROOT
 
 # the layout OSU 7's osu_latency prints with -f (hand-written, not produced by our code)
 OSU_TEXT = """\
@@ -150,3 +155,18 @@ def test_native_build_names_what_is_missing(tmp_path, monkeypatch):
         native.compile_command(Path("a.c"), Path("out"))
     with pytest.raises(native.NativeBuildError, match="does not exist"):
         native.build(tmp_path / "missing.c", tmp_path / "out")
+
+
+def test_overhead_breakdown_runs_every_form_on_comm_self():
+    """bench/omb_overhead.py: one line per call form with positive ns, request freed."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
+    out = subprocess.run([sys.executable, "bench/omb_overhead.py", "--calls", "50",
+                          "--rounds", "2"], env=env, cwd=REPO_ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    rows = [line for line in out.stdout.splitlines() if not line.startswith("#")]
+    names = [line[:42].strip() for line in rows]
+    assert "Allreduce partial [MPI.buffer,1,F]" in names and "MPI.Wtime pair" in names
+    assert len(names) == 13
+    assert all(float(v) > 0 for line in rows for v in line[42:].split())
+    assert "persistent request" not in out.stderr  # Allreduce_init's request was freed
