@@ -17,7 +17,9 @@ around each call, a barrier after each allreduce; latency = half a round trip; s
 mpicc and mpiexec). Each round launches native and Python for every size range, the order
 alternating between rounds so that drifting machine load hits both alike; per size the
 median over the rounds is reported: native us, python us, overhead (python - native) and
-ratio, then one verdict line per goal and one for the whole goal (PASS or SHORT).
+ratio, the range of the overhead over single rounds (each round's python minus the same
+round's reference), then one verdict line per goal and one for the whole goal (PASS or
+SHORT).
 Iteration counts: OSU's for sizes <= 8192 B, fewer above (200 latency, 100 allreduce).
 Thread level: every side runs at --thread-level (default single, OSU's and neoxlab.omb's
 default); OSU's binaries call MPI_Init, so a level other than single reaches them through
@@ -180,12 +182,14 @@ def main() -> int:
         med = {side: compare.medians(rounds) for side, rounds in sides.items()}
         reference = "osu" if osu else "native"
         pairs = compare.pair_up(med[reference], med["python"])
+        spread = compare.overhead_range(sides[reference], sides["python"])
         print(f"== {name}: median of {args.rounds} rounds; python -m neoxlab.omb {name} "
-              f"(numpy buffers) against {'OSU C' if osu else binary.name}")
+              f"(numpy buffers) against {'OSU C' if osu else binary.name}; overhead range: "
+              "lowest..highest python - reference of single rounds")
         if osu:
-            print(compare.format_sides(med, ("osu", "native", "python")))
+            print(compare.format_sides(med, ("osu", "native", "python"), spread))
         else:
-            print(compare.format_pairs(pairs))
+            print(compare.format_pairs(pairs, spread))
         verdicts += [compare.verdict(g, pairs, lo, hi, GOAL_US,
                                      "OSU C" if osu else "native")
                      for g, lo, hi in GOALS if g == name]

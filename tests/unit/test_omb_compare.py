@@ -1,8 +1,12 @@
 """Pure parts behind make omb-compare and bench/omb_compressed.py: OSU table parsing,
-medians, overhead verdicts, crossover and break-even bandwidth, native build commands."""
+medians, overhead verdicts and ranges, crossover and break-even bandwidth, native build
+commands; bench/omb_overhead.py's forms run."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +14,7 @@ import pytest
 from neoxlab.omb import compare, native
 from neoxlab.omb.options import OmbOptions
 from neoxlab.omb.report import format_rows, make_row, parse_table
+from tests.conftest import REPO_ROOT
 
 # the layout OSU 7's osu_latency prints with -f (hand-written, not produced by our code)
 OSU_TEXT = """\
@@ -61,6 +66,24 @@ def test_medians_keep_sizes_every_round_measured():
     assert compare.medians(rounds) == {1: 2.0, 2: 2.0}
     with pytest.raises(ValueError, match="no rounds"):
         compare.medians([])
+
+
+def test_overhead_range_pairs_rounds_and_shows_as_a_column():
+    ref = [{1: 1.0, 2: 2.0, 4: 1.0}, {1: 3.0, 2: 2.0}]
+    other = [{1: 1.5, 2: 2.1}, {1: 3.1, 2: 4.0}]
+    spread = compare.overhead_range(ref, other)
+    assert sorted(spread) == [1, 2]  # 4 was not measured in every round
+    assert spread[1] == pytest.approx((0.1, 0.5))
+    assert spread[2] == pytest.approx((0.1, 2.0))
+    table = compare.format_sides({"osu": {1: 2.0}, "python": {1: 2.3}}, ("osu", "python"),
+                                 {1: (0.1, 0.5)})
+    assert table.splitlines()[0].endswith("overhead range")
+    assert table.splitlines()[1].endswith("+0.10..+0.50")
+    pairs = compare.pair_up({1: 2.0}, {1: 2.3})
+    assert "overhead range" not in compare.format_pairs(pairs)
+    assert compare.format_pairs(pairs, spread).splitlines()[1].endswith("+0.10..+0.50")
+    with pytest.raises(ValueError, match="same"):
+        compare.overhead_range(ref, other[:1])
 
 
 def test_overhead_ratio_and_verdicts_on_given_numbers():
@@ -132,3 +155,18 @@ def test_native_build_names_what_is_missing(tmp_path, monkeypatch):
         native.compile_command(Path("a.c"), Path("out"))
     with pytest.raises(native.NativeBuildError, match="does not exist"):
         native.build(tmp_path / "missing.c", tmp_path / "out")
+
+
+def test_overhead_breakdown_runs_every_form_on_comm_self():
+    """bench/omb_overhead.py: one line per call form with positive ns, request freed."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
+    out = subprocess.run([sys.executable, "bench/omb_overhead.py", "--calls", "50",
+                          "--rounds", "2"], env=env, cwd=REPO_ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    rows = [line for line in out.stdout.splitlines() if not line.startswith("#")]
+    names = [line[:42].strip() for line in rows]
+    assert "Allreduce partial [MPI.buffer,1,F]" in names and "MPI.Wtime pair" in names
+    assert len(names) == 13
+    assert all(float(v) > 0 for line in rows for v in line[42:].split())
+    assert "persistent request" not in out.stderr  # Allreduce_init's request was freed

@@ -35,6 +35,24 @@ def medians(rounds: list[Times]) -> Times:
     return {s: statistics.median(r[s] for r in rounds) for s in sorted(sizes)}
 
 
+def overhead_range(ref: list[Times], other: list[Times]) -> dict[int, tuple[float, float]]:
+    """{size: (lowest, highest)} of other - ref over the rounds, paired round by round.
+
+    Both sides of a round ran back to back, so pairing them within the round keeps the
+    machine's drifting load out of the difference as far as it can be kept out; the range
+    says how far single rounds strayed from the median overhead.
+    """
+    if len(ref) != len(other) or not ref:
+        raise ValueError(f"{len(ref)} reference rounds and {len(other)} other rounds: "
+                         "pass the same (nonzero) number of rounds for both sides")
+    sizes = set.intersection(*(set(r) for r in ref + other))
+    out = {}
+    for size in sorted(sizes):
+        diffs = [o[size] - r[size] for r, o in zip(ref, other, strict=True)]
+        out[size] = (min(diffs), max(diffs))
+    return out
+
+
 @dataclass(frozen=True)
 class Pair:
     """One message size measured natively and from Python."""
@@ -61,29 +79,47 @@ def pair_up(native: Times, python: Times) -> list[Pair]:
     return [Pair(s, native[s], python[s]) for s in sizes]
 
 
-def format_pairs(pairs: list[Pair]) -> str:
-    head = f"{'# Size':<10}{'native us':>12}{'python us':>12}{'overhead us':>13}{'ratio':>8}"
+def _range_cell(spread: Mapping[int, tuple[float, float]] | None, size: int) -> str:
+    if spread is None:
+        return ""
+    lo, hi = spread.get(size, (math.nan, math.nan))
+    return f"{f'{lo:+.2f}..{hi:+.2f}':>18}"
+
+
+def _range_head(spread: Mapping | None) -> str:
+    return "" if spread is None else f"{'overhead range':>18}"
+
+
+def format_pairs(pairs: list[Pair], spread: Mapping[int, tuple[float, float]] | None = None
+                 ) -> str:
+    """spread: overhead_range's per-round lowest..highest overhead, as a last column."""
+    head = (f"{'# Size':<10}{'native us':>12}{'python us':>12}{'overhead us':>13}{'ratio':>8}"
+            + _range_head(spread))
     lines = [head]
     for p in pairs:
         lines.append(f"{p.size:<10}{p.native_us:>12.3f}{p.python_us:>12.3f}"
-                     f"{p.overhead_us:>+13.3f}{p.ratio:>8.2f}")
+                     f"{p.overhead_us:>+13.3f}{p.ratio:>8.2f}{_range_cell(spread, p.size)}")
     return "\n".join(lines)
 
 
-def format_sides(med: Mapping[str, Times], sides: tuple[str, ...]) -> str:
+def format_sides(med: Mapping[str, Times], sides: tuple[str, ...],
+                 spread: Mapping[int, tuple[float, float]] | None = None) -> str:
     """Sizes every side measured: each side's us, then the first side as the reference:
-    the last side's overhead over it (us) and every other side's ratio to it."""
+    the last side's overhead over it (us) and every other side's ratio to it; spread (the
+    last side's per-round overhead range) as a last column."""
     ref, last = sides[0], sides[-1]
     sizes = sorted(set.intersection(*(set(med[s]) for s in sides)))
     head = f"{'# Size':<10}" + "".join(f"{s + ' us':>12}" for s in sides) \
-        + f"{last + '-' + ref:>16}" + "".join(f"{s + '/' + ref:>14}" for s in sides[1:])
+        + f"{last + '-' + ref:>16}" + "".join(f"{s + '/' + ref:>14}" for s in sides[1:]) \
+        + _range_head(spread)
     lines = [head]
     for size in sizes:
         base = med[ref][size]
         cells = "".join(f"{med[s][size]:>12.3f}" for s in sides)
         ratios = "".join(f"{med[s][size] / base if base > 0 else math.inf:>14.2f}"
                          for s in sides[1:])
-        lines.append(f"{size:<10}{cells}{med[last][size] - base:>+16.3f}{ratios}")
+        lines.append(f"{size:<10}{cells}{med[last][size] - base:>+16.3f}{ratios}"
+                     f"{_range_cell(spread, size)}")
     return "\n".join(lines)
 
 
