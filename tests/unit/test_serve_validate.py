@@ -58,6 +58,11 @@ def test_zero_repeats_is_rejected():
     assert "serve.repeats=0 must be >= 1" in error
 
 
+def test_negative_prefill_chunk_is_rejected():
+    (error,) = validate_serve(_cfg("serve.prefill_chunk=-1"))
+    assert "serve.prefill_chunk=-1 must be >= 0" in error
+
+
 def test_repeats_keep_the_run_with_the_median_total_time(monkeypatch):
     """Two engines, three rounds after their solo warm-ups, in turn: fused's runs take 3, 1,
     9 s and static's 4, 6, 5 s; the medians (3, 5) are reported with the spread."""

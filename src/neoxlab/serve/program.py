@@ -35,6 +35,7 @@ def settings_of(cfg: Config):
         sampling=Sampling(s.sampling, s.temperature, s.top_k, s.eos_token_id),
         cb_sizing=CBSizing(s.hf_cb_num_blocks, s.hf_cb_max_batch_tokens, s.hf_cb_page_size),
         weights=s.weights, seed=cfg.train.seed, repeats=s.repeats, cb_tune=s.hf_cb_tune,
+        prefill_chunk=s.prefill_chunk,
     )
 
 

@@ -28,6 +28,7 @@ class RunSettings:
     seed: int = 1234
     repeats: int = 1  # timed runs per engine and trace; the one with the median total time
     cb_tune: bool = False  # search hf_cb's sizing on the first trace, then time the best
+    prefill_chunk: int = 0  # prompt tokens per decode step (chunked prefill); 0: off
 
 
 class Runner:
@@ -67,7 +68,7 @@ class Runner:
                     "gpt-neox (transformers generate, same weights)")
         policy = policy_for(name, s.max_concurrent, s.window_s)
         return (lambda reqs: Engine(self.model, policy, s.slots, s.max_seq_len, s.sampling,
-                                    self.control).run(reqs)), "gpt-neox (ours)"
+                                    self.control, s.prefill_chunk).run(reqs)), "gpt-neox (ours)"
 
     def run_engines(self, engines: list[str], requests: list[Request]
                     ) -> dict[str, tuple[EngineRun, dict]]:
