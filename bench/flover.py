@@ -26,7 +26,7 @@ import torch
 from neoxlab.config import ModelConfig
 from neoxlab.serve.distributed import init_single_process
 from neoxlab.serve.hf_cb import CBSizing
-from neoxlab.serve.policies import ENGINES
+from neoxlab.serve.policies import POLICIES
 from neoxlab.serve.runner import Runner, RunSettings, ratios
 from neoxlab.serve.scheduler import Sampling
 from neoxlab.serve.stats import format_table
@@ -46,7 +46,7 @@ def main() -> None:
     ap.add_argument("--gap-ms", type=float, nargs="+", default=[20.0])
     ap.add_argument("--prompt", type=int, nargs=2, default=[16, 32])
     ap.add_argument("--out", type=int, nargs=2, default=[128, 256])
-    ap.add_argument("--engines", default=",".join(ENGINES))
+    ap.add_argument("--engines", default=",".join(POLICIES))
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--no-tune", action="store_true", help="time hf_cb untuned")
@@ -71,7 +71,7 @@ def main() -> None:
     for gap in args.gap_ms:
         spec = WorkloadSpec(args.requests, "poisson", gap / 1000, tuple(args.prompt),
                             tuple(args.out), model_cfg.vocab_size, 1234)
-        got, _ = runner.run_all(args.engines.split(","), make_workload(spec), gap)
+        got, _ = runner.run_all(args.policies.split(","), make_workload(spec), gap)
         rows += got
         if runner.cb_tuning and gap == args.gap_ms[0]:
             print("hf_cb search (probe tok/s):")

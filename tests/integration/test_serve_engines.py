@@ -13,7 +13,7 @@ from neoxlab.config import ModelConfig
 from neoxlab.serve.distributed import init_single_process, shutdown
 from neoxlab.serve.hf_cb import hf_cb_model, llama_twin, neox_cb_supported
 from neoxlab.serve.hf_generate import neox_twin, run_hf_generate
-from neoxlab.serve.policies import OWN_ENGINES, policy_for
+from neoxlab.serve.policies import OWN_POLICIES, policy_for
 from neoxlab.serve.scheduler import Engine, Sampling
 from neoxlab.serve.weights import build_serve_model
 from neoxlab.serve.workload import WorkloadSpec, make_workload
@@ -72,7 +72,7 @@ def test_every_engine_matches_sequential_and_transformers_generate(hf_dir, trace
     from transformers import GPTNeoXForCausalLM
 
     model = build_serve_model(TINY, f"hf:{hf_dir}", 1, 1, 0, MAX_SEQ)
-    runs = {name: _serve(model, name, trace) for name in OWN_ENGINES}
+    runs = {name: _serve(model, name, trace) for name in OWN_POLICIES}
     # chunked prefill: prompts of 3-9 tokens in pieces of <= 4, mixed into decode steps
     runs.update({f"{name} chunked": _serve(model, name, trace, chunk=4)
                  for name in ("fused", "fused_noreorder", "sequential")})

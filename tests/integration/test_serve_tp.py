@@ -23,7 +23,7 @@ SMALL = [
     "model.rotary_pct=0.5", "serve.num_requests=6", "serve.output_len_min=3",
     "serve.output_len_max=12", "serve.prompt_len_min=2", "serve.prompt_len_max=6",
     "serve.max_seq_len=24", "serve.slots=4", "serve.mean_gap_ms=5",
-    "serve.engines=[fused,sequential,static]", "model.vocab_size=200",
+    "serve.policies=[fused,sequential,static]", "model.vocab_size=200",
 ]
 
 

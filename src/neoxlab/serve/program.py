@@ -75,7 +75,7 @@ def serve(cfg: Config, run_dir: Path, rank: int, world: int, terminal: TextIO | 
     progress = Progress(len(traces), cfg.experiment, terminal if cfg.logger.progress else None,
                         unit="trace", every=1)
     for gap, _, requests in traces:
-        got, per_req = runner.run_all(list(s.engines), requests, gap)
+        got, per_req = runner.run_all(list(s.policies), requests, gap)
         rows += got
         request_rows += per_req
         print(f"[serve] gap {gap} ms done", flush=True)
@@ -90,7 +90,7 @@ def serve(cfg: Config, run_dir: Path, rank: int, world: int, terminal: TextIO | 
                       "heads": model.config.num_attention_heads, "tp": cfg.parallel.tp,
                       "weights": s.weights, "weights_source": model.source},
             "gap_scale": s.gap_scale,
-            "hf_cb_sizing": asdict(runner.cb_sizing) if "hf_cb" in s.engines else None,
+            "hf_cb_sizing": asdict(runner.cb_sizing) if "hf_cb" in s.policies else None,
             "hf_cb_tuning": runner.cb_tuning,
         })
         table = format_table(rows)
