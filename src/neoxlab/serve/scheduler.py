@@ -71,7 +71,8 @@ class EngineRun:
     records: list[dict] = field(default_factory=list)  # one per request
     steps: int = 0  # fused decode steps
     rows: int = 0  # rows computed over all steps
-    wasted_rows: int = 0  # rows of finished requests computed anyway
+    wasted_rows: int = 0  # rows of finished (or still filling) requests computed anyway
+    moves: int = 0  # slot-to-slot cache copies of buffer reordering
     total_s: float = 0.0
     cpu_s: float = 0.0  # process CPU time: robust to other load on a shared machine
     peak_rss_bytes: int = 0
@@ -293,6 +294,7 @@ class Engine:
             del self.live[state.slot]
             for src, dst in self.table.release(state.slot):
                 self._move(src, dst)
+                result.moves += 1
             result.records.append({
                 "rid": state.req.rid, "arrival_s": state.req.arrival_s,
                 "admit_s": state.admit_s, "first_token_s": state.first_s,
