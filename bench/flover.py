@@ -2,7 +2,7 @@
 
     python bench/flover.py [--layers 8] [--hidden 512] [--requests 32] [--gap-ms 20]
                            [--out 128 256] [--policies fused,fused_noreorder,...]
-                           [--prefill-chunk N] [--attention sdpa|bmm]
+                           [--prefill-chunk N]
 
 Defaults are the issue's sizes: a GPT-NeoX of 8 layers, hidden 512 (byte vocabulary 256),
 32 requests with Poisson arrivals (mean gap 20 ms), prompts of 16-32 tokens, outputs
@@ -50,8 +50,6 @@ def main() -> None:
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--prefill-chunk", type=int, default=0,
                     help="prompt tokens per decode step (chunked prefill); 0: off")
-    ap.add_argument("--attention", choices=["sdpa", "bmm"], default=None,
-                    help="fused decode attention (default: the model's)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--no-tune", action="store_true", help="time hf_cb untuned")
@@ -66,8 +64,6 @@ def main() -> None:
     init_single_process()
     model = build_serve_model(model_cfg, "random", 1234, 1, 0, max_seq)
     model.lean = not args.megatron
-    if args.attention:
-        model.attention_impl = args.attention
     pages = -(-max_seq // 32) * args.requests
     settings = RunSettings(slots=args.requests, max_concurrent=args.requests,
                            max_seq_len=max_seq, window_s=0.05, sampling=Sampling(),

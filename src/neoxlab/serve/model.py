@@ -55,7 +55,6 @@ class ServeModel(torch.nn.Module):
         self.source = "random"  # where the weights came from (set by serve.weights)
         self.num_layers = model.num_layers
         self.lean = tp == 1  # plain-op forward (serve.lean_decode); TP>1 needs megatron's
-        self.attention_impl = "sdpa"
         cos, sin = rotary_tables(max_seq_len, rotary_dim(model), model.rotary_emb_base,
                                  torch.float32, torch.device("cpu"))
         self.register_buffer("rotary_cos", cos, persistent=False)
@@ -258,22 +257,11 @@ class ServeModel(torch.nn.Module):
         n = positions.shape[0]
         rows = torch.arange(n, device=positions.device)
         bias = self.causal_bias[positions, :span][:, None, None, :].to(self.rotary_dtype())
-        if self.attention_impl == "bmm":
-            heads, d = cache.k.shape[2], cache.k.shape[4]
-            flat_bias = bias.expand(n, heads, 1, span).reshape(n * heads, 1, span)
-            scale = d ** -0.5
 
         def attend(i: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             keys, values = cache.k[i, lo:lo + n], cache.v[i, lo:lo + n]
             keys[rows, :, positions] = k[:, :, 0]
             values[rows, :, positions] = v[:, :, 0]
-            if self.attention_impl == "bmm":
-                # [n, heads, span, d] views flatten to [n*heads, span, d] without a copy
-                kk = keys[:, :, :span].reshape(n * heads, span, d)
-                vv = values[:, :, :span].reshape(n * heads, span, d)
-                scores = torch.baddbmm(flat_bias, q.reshape(n * heads, 1, d),
-                                       kk.transpose(1, 2), alpha=scale)
-                return torch.bmm(scores.softmax(-1), vv).view(n, heads, 1, d)
             return F.scaled_dot_product_attention(
                 q, keys[:, :, :span], values[:, :, :span], attn_mask=bias
             )
