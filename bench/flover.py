@@ -1,7 +1,8 @@
 """Temporal fusion vs its baselines, all engines side by side on one model and trace.
 
     python bench/flover.py [--layers 8] [--hidden 512] [--requests 32] [--gap-ms 20]
-                           [--out 128 256] [--engines fused,fused_noreorder,...]
+                           [--out 128 256] [--policies fused,fused_noreorder,...]
+                           [--prefill-chunk N]
 
 Defaults are the issue's sizes: a GPT-NeoX of 8 layers, hidden 512 (byte vocabulary 256),
 32 requests with Poisson arrivals (mean gap 20 ms), prompts of 16-32 tokens, outputs
@@ -26,7 +27,7 @@ import torch
 from neoxlab.config import ModelConfig
 from neoxlab.serve.distributed import init_single_process
 from neoxlab.serve.hf_cb import CBSizing
-from neoxlab.serve.policies import ENGINES
+from neoxlab.serve.policies import POLICIES
 from neoxlab.serve.runner import Runner, RunSettings, ratios
 from neoxlab.serve.scheduler import Sampling
 from neoxlab.serve.stats import format_table
@@ -46,7 +47,9 @@ def main() -> None:
     ap.add_argument("--gap-ms", type=float, nargs="+", default=[20.0])
     ap.add_argument("--prompt", type=int, nargs=2, default=[16, 32])
     ap.add_argument("--out", type=int, nargs=2, default=[128, 256])
-    ap.add_argument("--engines", default=",".join(ENGINES))
+    ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--prefill-chunk", type=int, default=0,
+                    help="prompt tokens per decode step (chunked prefill); 0: off")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--no-tune", action="store_true", help="time hf_cb untuned")
@@ -65,13 +68,13 @@ def main() -> None:
     settings = RunSettings(slots=args.requests, max_concurrent=args.requests,
                            max_seq_len=max_seq, window_s=0.05, sampling=Sampling(),
                            cb_sizing=CBSizing(pages, 1024, 32), repeats=args.repeats,
-                           cb_tune=not args.no_tune)
+                           cb_tune=not args.no_tune, prefill_chunk=args.prefill_chunk)
     runner = Runner(model, settings)
     rows = []
     for gap in args.gap_ms:
         spec = WorkloadSpec(args.requests, "poisson", gap / 1000, tuple(args.prompt),
                             tuple(args.out), model_cfg.vocab_size, 1234)
-        got, _ = runner.run_all(args.engines.split(","), make_workload(spec), gap)
+        got, _ = runner.run_all(args.policies.split(","), make_workload(spec), gap)
         rows += got
         if runner.cb_tuning and gap == args.gap_ms[0]:
             print("hf_cb search (probe tok/s):")

@@ -3,6 +3,7 @@ phase on the issue's shape (8 layers, hidden 512), per op and against the wall t
 
     python bench/serve_profile.py [--layers 8] [--hidden 512] [--batch 32] [--position 160]
                                   [--prompts 8] [--prompt-len 24] [--path lean|megatron]
+                                  [--skip-prompts]
 
 "ops" is the self CPU time of the aten ops the profiler saw; wall - ops is what Python,
 module calls and the dispatcher cost around them.
@@ -47,6 +48,17 @@ def report(name: str, fn: Callable[[], object], reps: int, top: int) -> None:
               f"x{e.count // reps}")
 
 
+def report_prompts(model, prompts: list[list[int]], cache, reps: int, top: int) -> None:
+    report("prompt phase, one request", lambda: model.prefill([prompts[0]], [0], cache),
+           reps, top)
+    report(f"prompt phase, {len(prompts)} requests one by one",
+           lambda: [model.prefill([p], [i], cache) for i, p in enumerate(prompts)],
+           max(reps // 4, 2), top)
+    report(f"prompt phase, {len(prompts)} requests batched",
+           lambda: model.prefill(prompts, list(range(len(prompts))), cache),
+           max(reps // 4, 2), top)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--layers", type=int, default=8)
@@ -57,6 +69,7 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--prompt-len", type=int, default=24)
     ap.add_argument("--path", choices=["lean", "megatron"], default="lean")
+    ap.add_argument("--skip-prompts", action="store_true", help="decode steps only")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--top", type=int, default=10)
     args = ap.parse_args()
@@ -74,14 +87,8 @@ def main() -> None:
     prompts = [torch.randint(0, cfg.vocab_size, (args.prompt_len,), generator=g).tolist()
                for _ in range(args.prompts)]
     print(f"model: {args.layers} layers, hidden {args.hidden}, path {args.path}")
-    report("prompt phase, one request", lambda: model.prefill([prompts[0]], [0], cache),
-           args.reps, args.top)
-    report(f"prompt phase, {args.prompts} requests one by one",
-           lambda: [model.prefill([p], [i], cache) for i, p in enumerate(prompts)],
-           max(args.reps // 4, 2), args.top)
-    report(f"prompt phase, {args.prompts} requests batched",
-           lambda: model.prefill(prompts, list(range(args.prompts)), cache),
-           max(args.reps // 4, 2), args.top)
+    if not args.skip_prompts:
+        report_prompts(model, prompts, cache, args.reps, args.top)
     for n in args.batch:
         tokens = torch.randint(0, cfg.vocab_size, (n,), generator=g)
         positions = torch.full((n,), args.position, dtype=torch.long)

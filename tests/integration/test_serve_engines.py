@@ -13,7 +13,7 @@ from neoxlab.config import ModelConfig
 from neoxlab.serve.distributed import init_single_process, shutdown
 from neoxlab.serve.hf_cb import hf_cb_model, llama_twin, neox_cb_supported
 from neoxlab.serve.hf_generate import neox_twin, run_hf_generate
-from neoxlab.serve.policies import OWN_ENGINES, policy_for
+from neoxlab.serve.policies import OWN_POLICIES, policy_for
 from neoxlab.serve.scheduler import Engine, Sampling
 from neoxlab.serve.weights import build_serve_model
 from neoxlab.serve.workload import WorkloadSpec, make_workload
@@ -62,16 +62,20 @@ def trace():
     return make_workload(WorkloadSpec(10, "poisson", 0.003, (3, 9), (4, 24), TINY.vocab_size, 7))
 
 
-def _serve(model, name, requests, slots=6, max_concurrent=None, sampling=None):
+def _serve(model, name, requests, slots=6, max_concurrent=None, sampling=None, chunk=0):
     policy = policy_for(name, max_concurrent or slots, 0.005)
-    return Engine(model, policy, slots, MAX_SEQ, sampling or Sampling()).run(requests)
+    return Engine(model, policy, slots, MAX_SEQ, sampling or Sampling(),
+                  prefill_chunk=chunk).run(requests)
 
 
 def test_every_engine_matches_sequential_and_transformers_generate(hf_dir, trace):
     from transformers import GPTNeoXForCausalLM
 
     model = build_serve_model(TINY, f"hf:{hf_dir}", 1, 1, 0, MAX_SEQ)
-    runs = {name: _serve(model, name, trace) for name in OWN_ENGINES}
+    runs = {name: _serve(model, name, trace) for name in OWN_POLICIES}
+    # chunked prefill: prompts of 3-9 tokens in pieces of <= 4, mixed into decode steps
+    runs.update({f"{name} chunked": _serve(model, name, trace, chunk=4)
+                 for name in ("fused", "fused_noreorder", "sequential")})
     expected = [r["tokens"] for r in runs["sequential"].records]
     assert [len(t) for t in expected] == [r.max_new_tokens for r in trace]
     for name, run in runs.items():
@@ -111,10 +115,12 @@ def test_lean_path_and_batched_prompts_equal_megatron_layers_one_by_one(trace):
                         single.slot_content(row, len(prompts[row])), strict=True):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
     runs = {}
-    for lean in (True, False):
+    for lean in (True, False):  # and chunked prefill (split prompts) on either path
         model.lean = lean
-        runs[lean] = [r["tokens"] for r in _serve(model, "fused", trace).records]
-    assert runs[True] == runs[False]
+        for chunk in (0, 3):
+            runs[lean, chunk] = [r["tokens"] for r in _serve(model, "fused", trace,
+                                                             chunk=chunk).records]
+    assert len({str(tokens) for tokens in runs.values()}) == 1
 
 
 def test_reordering_moves_cache_content_correctly(trace):

@@ -26,7 +26,7 @@ SERVE = [  # local_3d trains neox_tiny; serve must use the same model
     "model=neox_tiny", "serve.num_requests=5", "serve.prompt_len_min=2",
     "serve.prompt_len_max=6", "serve.output_len_min=3", "serve.output_len_max=10",
     "serve.max_seq_len=24", "serve.slots=4", "serve.mean_gap_ms=5",
-    "serve.engines=[fused,sequential]",
+    "serve.policies=[fused,sequential]",
 ]
 REL_TOL = 1e-5  # fp32 on both sides; only summation order differs
 

@@ -38,7 +38,7 @@ def test_negative_gaps_are_rejected():
 
 
 def test_every_problem_is_reported_at_once_and_check_raises():
-    cfg = _cfg("serve.engines=[fused,warp,hf_cb]", "parallel.tp=2", "serve.weights=somewhere")
+    cfg = _cfg("serve.policies=[fused,warp,hf_cb]", "parallel.tp=2", "serve.weights=somewhere")
     errors = validate_serve(cfg)
     assert any("warp" in e for e in errors)
     assert any("ranks_per_node=2" in e for e in errors)  # world 1 != tp 2
@@ -56,6 +56,23 @@ def test_training_configs_are_not_judged_by_serve_rules():
 def test_zero_repeats_is_rejected():
     (error,) = validate_serve(_cfg("serve.repeats=0"))
     assert "serve.repeats=0 must be >= 1" in error
+
+
+def test_the_old_serve_engines_key_names_its_new_name():
+    """serve.engines became serve.policies ("engine" is the training engine); the old key,
+    as an override or in a config, gets an error that names the new one."""
+    from neoxlab.config import to_structured
+
+    with pytest.raises(ConfigError, match="'serve.engines' was renamed 'serve.policies'"):
+        _cfg("serve.engines=[fused]")
+    with pytest.raises(ConfigError, match="'serve.engines' was renamed 'serve.policies'"):
+        to_structured({"serve": {"engines": ["fused"]}})
+    assert _cfg("serve.policies=[fused]").serve.policies == ["fused"]
+
+
+def test_negative_prefill_chunk_is_rejected():
+    (error,) = validate_serve(_cfg("serve.prefill_chunk=-1"))
+    assert "serve.prefill_chunk=-1 must be >= 0" in error
 
 
 def test_repeats_keep_the_run_with_the_median_total_time(monkeypatch):

@@ -207,9 +207,11 @@ class LaunchConfig:
 
 @dataclass
 class ServeConfig:
-    """Temporal-fusion inference (task=serve): workload, engines and their sizing."""
+    """Temporal-fusion inference (task=serve): workload, serving policies and their sizing."""
 
-    engines: list[str] = field(default_factory=lambda: [
+    # serving policies compared side by side (serve/policies.py); not `engine`, which names
+    # the training engine (builtin | neox)
+    policies: list[str] = field(default_factory=lambda: [
         "fused", "fused_noreorder", "sequential", "static", "dynamic", "hf_cb", "hf_generate"])
     weights: str = "random"  # random (train.seed) | hf:<GPTNeoX dir> | run:<training run dir>
     num_requests: int = 32
@@ -236,6 +238,9 @@ class ServeConfig:
     hf_cb_page_size: int = 32
     hf_cb_tune: bool = True  # search hf_cb's sizing and CPU attention before the timed runs
     lean_decode: bool = True  # TP=1: plain torch ops on the same weights (false: megatron's)
+    # chunked prefill: prompt tokens each decode step carries (fused, fused_noreorder,
+    # sequential); 0: one prompt phase per admission, before the step
+    prefill_chunk: int = 0
 
 
 @dataclass
@@ -262,6 +267,18 @@ class ConfigError(ValueError):
     """A config that cannot run; the message names the value, the rule and the fix."""
 
 
+RENAMED_KEYS = {"serve.engines": "serve.policies"}  # old key -> its new name
+
+
+def renamed_key_error(key: str) -> ConfigError | None:
+    """The error for a key that was renamed (None for any other key)."""
+    new = RENAMED_KEYS.get(key)
+    if new is None:
+        return None
+    return ConfigError(f"config key '{key}' was renamed '{new}' (same values); rename it in "
+                       "your experiment file or override")
+
+
 def to_structured(raw: DictConfig | dict) -> Config:
     """Merge a composed config into the schema; unknown keys and bad types are errors."""
     schema = OmegaConf.structured(Config)
@@ -269,6 +286,9 @@ def to_structured(raw: DictConfig | dict) -> Config:
         merged = OmegaConf.merge(schema, raw)
     except ConfigKeyError as exc:
         key = getattr(exc, "full_key", None) or str(exc)
+        renamed = renamed_key_error(key)
+        if renamed is not None:
+            raise renamed from None
         raise ConfigError(
             f"unknown config key '{key}': every key must be a field of the schema in "
             f"neoxlab/config.py; fix the spelling or remove it"

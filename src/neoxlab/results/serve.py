@@ -17,9 +17,9 @@ ENGINE_FIELDS = (
     "gap_ms", "engine", "engine_model", "requests", "output_tokens", "total_s", "cpu_s",
     "tokens_per_s", "speedup", "fused_speedup", "latency_mean_s", "latency_p50_s",
     "latency_p99_s", "ttft_mean_s", "ttft_p50_s", "ttft_p99_s", "tpot_mean_s",
-    "avg_to_single", "fused_steps", "rows", "wasted_rows", "peak_rss_mib", "kv_cache_mib",
-    "outputs_match", "repeats", "total_s_min", "total_s_max", "weights", "weights_source",
-    "gap_scale",
+    "avg_to_single", "fused_steps", "rows", "wasted_rows", "moves", "peak_rss_mib",
+    "kv_cache_mib", "outputs_match", "repeats", "total_s_min", "total_s_max", "weights",
+    "weights_source", "gap_scale",
 )
 REQUEST_FIELDS = (
     "gap_ms", "engine", "rid", "arrival_s", "admit_s", "first_token_s", "finish_s",

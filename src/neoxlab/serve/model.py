@@ -17,6 +17,7 @@ share of a step (bench/serve_profile.py shows the split). TP>1 keeps megatron's 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -29,6 +30,15 @@ from neoxlab.model.rotary import rotary_tables
 from neoxlab.serve.cache import KVCache
 
 Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class PromptPiece:
+    """Prompt tokens of one request at positions start.. of its slot (chunked prefill)."""
+
+    slot: int
+    start: int
+    tokens: list[int]
 
 
 class ServeModel(torch.nn.Module):
@@ -63,9 +73,10 @@ class ServeModel(torch.nn.Module):
                        p.dtype, p.device)
 
     def _forward(self, tokens: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                 attend: Attend, last: torch.Tensor | None = None) -> torch.Tensor:
-        """tokens [b, s]; cos/sin [b or 1, s, rotary]; `last` [b]: the one position per row
-        whose logits are wanted (the head runs on those rows only). Logits [b, (s,) vocab]."""
+                 attend: Attend, pick: torch.Tensor | None = None) -> torch.Tensor:
+        """tokens [b, s]; cos/sin [b or 1, s, rotary]; `pick`: flat indices into the b*s
+        positions whose logits are wanted (the head runs on those only). Logits
+        [len(pick), vocab], or [b, s, vocab] without pick."""
         lean = self.lean and self.tp == 1
         cos, sin = cos.to(self.rotary_dtype()), sin.to(self.rotary_dtype())
         if lean:
@@ -75,8 +86,8 @@ class ServeModel(torch.nn.Module):
         block = self._lean_block if lean else self._megatron_block
         for i, layer in enumerate(self.blocks()):
             x = block(i, layer, x, cos, sin, attend)
-        if last is not None:
-            x = x[torch.arange(x.shape[0], device=x.device), last]
+        if pick is not None:
+            x = x.reshape(-1, x.shape[-1])[pick]
         norm = getattr(self, str(self.num_layers + 1)).norm
         x = F.layer_norm(x, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
         return self._logits(x, lean)
@@ -158,9 +169,9 @@ class ServeModel(torch.nn.Module):
             cache.v[i, index, :, :p] = v
             return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
-        last = torch.tensor(lengths, dtype=torch.long, device=device) - 1
+        pick = torch.tensor([r * p + n - 1 for r, n in enumerate(lengths)], device=device)
         return self._forward(tokens, self.rotary_cos[None, :p], self.rotary_sin[None, :p],
-                             attend, last)
+                             attend, pick)
 
     @torch.inference_mode()
     def decode(self, tokens: torch.Tensor, positions: torch.Tensor, lo: int,
@@ -171,12 +182,81 @@ class ServeModel(torch.nn.Module):
         so requests of different lengths share one batched step. `span` (the longest live
         position + 1, known to the caller) saves a host sync. Returns logits [n, vocab].
         """
-        n = tokens.shape[0]
-        rows = torch.arange(n, device=tokens.device)
         if span is None:
             span = int(positions.max()) + 1
-        bias = self.causal_bias[positions, :span][:, None, None, :].to(self.rotary_dtype())
+        fused = self._decode_attention(positions, lo, span, cache)
         cos, sin = self.rotary_cos[positions][:, None], self.rotary_sin[positions][:, None]
+        logits = self._forward(tokens[:, None], cos, sin, fused)
+        return logits[:, 0]
+
+    @torch.inference_mode()
+    def mixed_step(self, tokens: torch.Tensor, positions: torch.Tensor, lo: int, span: int,
+                   pieces: list[PromptPiece], cache: KVCache) -> torch.Tensor:
+        """Chunked prefill: one forward carries the fused decode rows of slots [lo, lo+n)
+        (as `decode`) and prompt pieces of requests still filling their slots.
+
+        All tokens are packed into one sequence, so every linear layer runs once over
+        decode and prompt tokens together; only attention splits: the decode rows attend
+        over their contiguous slot range, each piece writes its positions [start, start+c)
+        into its slot and attends causally to that slot's positions < start + c.
+        Returns logits [n + len(pieces), vocab]: the decode rows, then each piece's last
+        position.
+        """
+        n = tokens.shape[0]
+        device = tokens.device
+        piece_tokens = [t for piece in pieces for t in piece.tokens]
+        piece_pos = [piece.start + j for piece in pieces for j in range(len(piece.tokens))]
+        all_tokens = torch.cat((tokens, torch.tensor(piece_tokens, dtype=torch.long,
+                                                     device=device)))
+        all_pos = torch.cat((positions, torch.tensor(piece_pos, dtype=torch.long,
+                                                     device=device)))
+        fused = self._decode_attention(positions, lo, span, cache) if n else None
+        ends, offset = [], n
+        for piece in pieces:
+            offset += len(piece.tokens)
+            ends.append(offset - 1)
+
+        def attend(i: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            parts = []
+            if fused is not None:  # [1, heads, n, d] <-> [n, heads, 1, d] are the same rows
+                rows = [t[0, :, :n].transpose(0, 1)[:, :, None] for t in (q, k, v)]
+                parts.append(fused(i, *rows)[:, :, 0].transpose(0, 1))
+            at = n
+            for piece in pieces:
+                c = len(piece.tokens)
+                parts.append(self._piece_attention(i, piece, q[0, :, at:at + c],
+                                                   k[0, :, at:at + c], v[0, :, at:at + c],
+                                                   cache))
+                at += c
+            return torch.cat(parts, dim=1)[None]
+
+        cos, sin = self.rotary_cos[all_pos][None], self.rotary_sin[all_pos][None]
+        pick = torch.cat((torch.arange(n, device=device),
+                          torch.tensor(ends, dtype=torch.long, device=device)))
+        return self._forward(all_tokens[None], cos, sin, attend, pick)
+
+    def _piece_attention(self, i: int, piece: PromptPiece, q: torch.Tensor, k: torch.Tensor,
+                         v: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """One prompt piece ([heads, c, d]) of layer i: cache its K/V, attend causally to its
+        slot's positions < start + c."""
+        start, end = piece.start, piece.start + len(piece.tokens)
+        keys, values = cache.k[i, piece.slot], cache.v[i, piece.slot]
+        keys[:, start:end] = k
+        values[:, start:end] = v
+        if start == 0:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        bias = self.causal_bias[start:end, :end].to(q.dtype)
+        return F.scaled_dot_product_attention(q, keys[:, :end], values[:, :end],
+                                              attn_mask=bias)
+
+    def _decode_attention(self, positions: torch.Tensor, lo: int, span: int,
+                          cache: KVCache) -> Attend:
+        """Attention of one fused decode step over slots [lo, lo+n), for q/k/v [n, heads, 1,
+        d]: each row writes its K/V at its position and attends to positions <= it, reading
+        the slot range only up to `span` (the longest live position + 1)."""
+        n = positions.shape[0]
+        rows = torch.arange(n, device=positions.device)
+        bias = self.causal_bias[positions, :span][:, None, None, :].to(self.rotary_dtype())
 
         def attend(i: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             keys, values = cache.k[i, lo:lo + n], cache.v[i, lo:lo + n]
@@ -186,8 +266,7 @@ class ServeModel(torch.nn.Module):
                 q, keys[:, :, :span], values[:, :, :span], attn_mask=bias
             )
 
-        logits = self._forward(tokens[:, None], cos, sin, attend)
-        return logits[:, 0]
+        return attend
 
 
 def gather_last_dim(local: torch.Tensor) -> torch.Tensor:

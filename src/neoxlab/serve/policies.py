@@ -1,4 +1,6 @@
-"""The engines compared on one model and trace, as admission and row policies of one loop.
+"""The serving policies compared on one model and trace (serve.policies): admission and row
+policies of one loop, plus transformers' two runners. ("engine" in the config means the
+training engine, builtin | neox; these are not engines in that sense.)
 
 - fused: a request joins the decode batch at the next step; reordering keeps rows contiguous
 - fused_noreorder: the same, but finished requests inside the range stay as wasted rows
@@ -16,9 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-OWN_ENGINES = ("fused", "fused_noreorder", "sequential", "static", "dynamic")
-HF_ENGINES = ("hf_cb", "hf_generate")  # transformers' runners, one process (TP=1)
-ENGINES = OWN_ENGINES + HF_ENGINES
+OWN_POLICIES = ("fused", "fused_noreorder", "sequential", "static", "dynamic")
+HF_POLICIES = ("hf_cb", "hf_generate")  # transformers' runners, one process (TP=1)
+POLICIES = OWN_POLICIES + HF_POLICIES
 
 
 @dataclass(frozen=True)
@@ -41,4 +43,4 @@ def policy_for(name: str, max_concurrent: int, window_s: float) -> Policy:
         return Policy(name, False, max_concurrent, True)
     if name == "dynamic":
         return Policy(name, False, max_concurrent, True, window_s)
-    raise ValueError(f"engine '{name}' is not one of {list(OWN_ENGINES)}")
+    raise ValueError(f"policy '{name}' is not one of {list(OWN_POLICIES)}")

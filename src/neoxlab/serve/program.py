@@ -35,6 +35,7 @@ def settings_of(cfg: Config):
         sampling=Sampling(s.sampling, s.temperature, s.top_k, s.eos_token_id),
         cb_sizing=CBSizing(s.hf_cb_num_blocks, s.hf_cb_max_batch_tokens, s.hf_cb_page_size),
         weights=s.weights, seed=cfg.train.seed, repeats=s.repeats, cb_tune=s.hf_cb_tune,
+        prefill_chunk=s.prefill_chunk,
     )
 
 
@@ -74,7 +75,7 @@ def serve(cfg: Config, run_dir: Path, rank: int, world: int, terminal: TextIO | 
     progress = Progress(len(traces), cfg.experiment, terminal if cfg.logger.progress else None,
                         unit="trace", every=1)
     for gap, _, requests in traces:
-        got, per_req = runner.run_all(list(s.engines), requests, gap)
+        got, per_req = runner.run_all(list(s.policies), requests, gap)
         rows += got
         request_rows += per_req
         print(f"[serve] gap {gap} ms done", flush=True)
@@ -89,7 +90,7 @@ def serve(cfg: Config, run_dir: Path, rank: int, world: int, terminal: TextIO | 
                       "heads": model.config.num_attention_heads, "tp": cfg.parallel.tp,
                       "weights": s.weights, "weights_source": model.source},
             "gap_scale": s.gap_scale,
-            "hf_cb_sizing": asdict(runner.cb_sizing) if "hf_cb" in s.engines else None,
+            "hf_cb_sizing": asdict(runner.cb_sizing) if "hf_cb" in s.policies else None,
             "hf_cb_tuning": runner.cb_tuning,
         })
         table = format_table(rows)

@@ -56,6 +56,7 @@ def summarize(run: EngineRun, solo: tuple[float, float] | None = None) -> dict:
         "ttft_p50_s": percentile(ttft, 50), "ttft_p99_s": percentile(ttft, 99),
         "tpot_mean_s": statistics.fmean(tpot) if tpot else None,
         "fused_steps": run.steps, "rows": run.rows, "wasted_rows": run.wasted_rows,
+        "moves": run.moves,
         "peak_rss_mib": run.peak_rss_bytes / 2**20, "kv_cache_mib": run.kv_cache_bytes / 2**20,
         "avg_to_single": None,
     }
@@ -72,7 +73,8 @@ COLUMNS = (
     ("latency_mean_s", "lat mean", "{:.3f}"), ("latency_p50_s", "p50", "{:.3f}"),
     ("latency_p99_s", "p99", "{:.3f}"), ("ttft_mean_s", "ttft", "{:.3f}"),
     ("tpot_mean_s", "tpot ms", "{:.2f}"), ("avg_to_single", "avg/1", "{:.2f}"),
-    ("fused_steps", "steps", "{}"), ("wasted_rows", "wasted", "{}"),
+    ("fused_steps", "steps", "{}"), ("rows", "rows", "{}"), ("wasted_rows", "wasted", "{}"),
+    ("moves", "moves", "{}"),
     ("peak_rss_mib", "rss MiB", "{:.0f}"), ("outputs_match", "same", "{}"),
     ("requests_same", "same n", "{}"),
 )

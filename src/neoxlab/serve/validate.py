@@ -5,7 +5,7 @@ rule and the fix. `validate_serve` returns them (layout.validate collects every 
 from __future__ import annotations
 
 from neoxlab.config import Config, ConfigError
-from neoxlab.serve.policies import ENGINES, HF_ENGINES
+from neoxlab.serve.policies import HF_POLICIES, POLICIES
 from neoxlab.serve.run_weights import validate_run_weights
 
 ARRIVALS = ("poisson", "constant")
@@ -18,14 +18,17 @@ def validate_serve(cfg: Config) -> list[str]:
         return []
     s, m, p = cfg.serve, cfg.model, cfg.parallel
     errors: list[str] = []
-    bad = [e for e in s.engines if e not in ENGINES]
-    if bad or not s.engines:
-        errors.append(f"serve.engines={list(s.engines)}: {bad or 'empty'} not among "
-                      f"{list(ENGINES)}; list engines from that set")
+    bad = [e for e in s.policies if e not in POLICIES]
+    if bad or not s.policies:
+        errors.append(f"serve.policies={list(s.policies)}: {bad or 'empty'} not among "
+                      f"{list(POLICIES)}; list policies from that set")
     for name in ("num_requests", "slots", "max_seq_len", "prompt_len_min", "output_len_min",
                  "hf_cb_num_blocks", "hf_cb_max_batch_tokens", "hf_cb_page_size", "repeats"):
         if getattr(s, name) < 1:
             errors.append(f"serve.{name}={getattr(s, name)} must be >= 1; use a positive integer")
+    if s.prefill_chunk < 0:
+        errors.append(f"serve.prefill_chunk={s.prefill_chunk} must be >= 0: prompt tokens each "
+                      "decode step carries; use 0 (a prompt phase per admission) or more")
     for name in ("mean_gap_ms", "batch_window_ms"):
         if getattr(s, name) < 0:
             errors.append(f"serve.{name}={getattr(s, name)} is negative: a time gap must be >= 0;"
@@ -71,10 +74,10 @@ def validate_serve(cfg: Config) -> list[str]:
         errors.append(
             f"serve runs one model replica over tp={p.tp} ranks, but the world has {world} "
             f"(cluster.nodes x ranks_per_node); set cluster.ranks_per_node={p.tp} (nodes=1)")
-    hf = [e for e in s.engines if e in HF_ENGINES]
+    hf = [e for e in s.policies if e in HF_POLICIES]
     if hf and p.tp > 1:
-        errors.append(f"engines {hf} run in one process, but parallel.tp={p.tp}; drop them "
-                      "from serve.engines or use tp=1")
+        errors.append(f"policies {hf} run in one process, but parallel.tp={p.tp}; drop them "
+                      "from serve.policies or use tp=1")
     if not (s.weights == "random" or s.weights.startswith(("hf:", "run:"))):
         errors.append(f"serve.weights='{s.weights}' is not 'random', 'hf:<GPT-NeoX dir>' or "
                       "'run:<training run dir>'; use one of those")
