@@ -12,6 +12,7 @@ from neoxlab.config import COMPRESSIBLE_DIMS, CompressionConfig, Config
 DIMS = COMPRESSIBLE_DIMS  # "other" (control traffic) is never compressed
 BACKENDS = ("framework", "mpi")
 ALLREDUCE = ("auto", "alltoall", "allgather")
+COMM_DTYPES = ("fp32", "fp16", "bf16")
 MPI_ALGORITHMS = ("zfp", "mpc")
 _HALF = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -45,6 +46,9 @@ def validate_compression(cfg: Config) -> list[str]:
         errors.append(f"compression.backend='{c.backend}' is not one of {list(BACKENDS)}")
     if c.allreduce not in ALLREDUCE:
         errors.append(f"compression.allreduce='{c.allreduce}' is not one of {list(ALLREDUCE)}")
+    if c.communication_dtype is not None and c.communication_dtype not in COMM_DTYPES:
+        errors.append(f"compression.communication_dtype='{c.communication_dtype}' is not one "
+                      f"of {list(COMM_DTYPES)}; or null for the training precision")
     for dim, d in c.dims.items():
         where = f"compression.dims.{dim}"
         if dim not in DIMS:
@@ -122,6 +126,13 @@ def _validate_mpi(cfg: Config) -> list[str]:
             f"cluster.mpi_library='{library}' has none (only {list(COMPRESSING_LIBRARIES)}); "
             "use compression.backend=framework (neoxlab's codecs, also on MPI groups with "
             "engine.group_backends.dp=mpi) or a cluster running mvapich-plus")
+    payload = communication_dtype(cfg)
+    if "dp" in compressed and payload != "fp32":
+        errors.append(
+            f"compression.backend=mpi: the MPI library compresses FLOAT (fp32) data only, but "
+            f"DP gradients travel as {payload} (train.precision={cfg.train.precision}, "
+            f"compression.communication_dtype={c.communication_dtype}); set "
+            "compression.communication_dtype=fp32 (the paper's fp32 payloads)")
     on_mpi = {g for g, b in cfg.engine.group_backends.items() if b == "mpi"}
     for dim in sorted(compressed):
         if compressed[dim].error_feedback:
@@ -147,6 +158,11 @@ def _validate_mpi(cfg: Config) -> list[str]:
             "them the same compressor and params, or move the others off MPI "
             "(engine.group_backends)")
     return errors
+
+
+def communication_dtype(cfg: Config) -> str:
+    """The dtype DP gradient reductions travel in."""
+    return cfg.compression.communication_dtype or cfg.train.precision
 
 
 def library_label(c: CompressionConfig) -> str | None:

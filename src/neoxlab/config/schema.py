@@ -93,6 +93,10 @@ class CompressionConfig:
     backend: str = "framework"  # framework (our wrappers) | mpi (MPI library switches)
     patch: bool = True  # wrap collectives even for `none`, to account every byte
     allreduce: str = "auto"  # auto | alltoall | allgather (compressed all-reduce algorithm)
+    # dtype of DP gradient reductions (DeepSpeed communication_data_type, GPT-NeoX
+    # fp32_allreduce): fp32 | fp16 | bf16; null: the training precision. fp32 reproduces the
+    # paper's fp32 MPI payloads under fp16 training.
+    communication_dtype: str | None = None
     dims: dict[str, DimCompressionConfig] = field(default_factory=dict)
 
 
