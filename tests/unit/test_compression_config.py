@@ -124,8 +124,11 @@ def test_group_backends_are_validated():
         check(compose_experiment("local_3d", ["+engine.group_backends.dp=nccl"]))
     with pytest.raises(ConfigError, match="cluster.mpi_library='intelmpi' is not one of"):
         check(compose_experiment("local_3d", ["cluster.mpi_library=intelmpi"]))
+    with pytest.raises(ConfigError, match=r"group_backends.pp: DeepSpeed's pipeline sends "
+                                          r"activations with send/recv on the world group"):
+        check(compose_experiment("local_3d", ["+engine.group_backends.pp=mpi"]))
     check(compose_experiment("local_3d", ["+engine.group_backends.dp=mpi",
-                                          "+engine.group_backends.pp=mpi"]))
+                                          "+engine.group_backends.tp=mpi"]))
 
 
 def test_library_switches_reach_the_ranks_only_when_the_library_compresses(tmp_path):

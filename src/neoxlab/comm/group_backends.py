@@ -18,7 +18,11 @@ import torch.distributed as dist
 from neoxlab.comm import mpi_group
 from neoxlab.comm.classify import Grid
 
-DIMS = ("dp", "tp", "pp")
+DIMS = ("dp", "tp")
+# DeepSpeed's pipeline sends activations with send/recv on the world group (its 2-rank pipe
+# groups serve only its old broadcast path), so pipeline traffic follows engine.backend
+NOT_ROUTABLE = {"pp": "DeepSpeed's pipeline sends activations with send/recv on the world "
+                      "group, which stays on engine.backend"}
 CHOICES = ("mpi",)  # engine.group_backends values (anything else: the world's backend)
 _AXIS_DIM = {"dp": "dp", "tp": "tp", "pipe": "pp"}
 
@@ -27,7 +31,10 @@ def validate_group_backends(backends: dict[str, str], engine: str) -> list[str]:
     """engine.group_backends problems, each with the value, the rule and the fix."""
     errors = []
     for dim, choice in backends.items():
-        if dim not in DIMS:
+        if dim in NOT_ROUTABLE:
+            errors.append(f"engine.group_backends.{dim}: {NOT_ROUTABLE[dim]}, so a {dim} "
+                          f"backend would change nothing; drop the key (routable: {list(DIMS)})")
+        elif dim not in DIMS:
             errors.append(f"engine.group_backends.{dim}: unknown dimension; use one of "
                           f"{list(DIMS)} (ZeRO all-gathers run on the dp groups)")
         if choice not in CHOICES:

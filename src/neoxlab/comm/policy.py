@@ -141,11 +141,11 @@ def _validate_mpi(cfg: Config) -> list[str]:
                           "false or use the framework backend")
         group = GROUP_OF.get(dim)
         if group is not None and group not in on_mpi:
+            fix = (f"set engine.group_backends.{group}=mpi or " if group != "pp" else "")
             errors.append(
                 f"compression.dims.{dim} is to be compressed by the MPI library, but {dim} "
-                f"traffic runs on {group} groups of backend '{cfg.engine.backend}', not MPI; "
-                f"set engine.group_backends.{group}=mpi or compression.dims.{dim}.compressor"
-                "=none")
+                f"traffic runs on backend '{cfg.engine.backend}', not MPI; {fix}set "
+                f"compression.dims.{dim}.compressor=none")
     # the library's switches are global: one setting for everything on MPI groups
     settings = {dim: _setting(c.dims.get(dim)) for dim, group in GROUP_OF.items()
                 if group in on_mpi}

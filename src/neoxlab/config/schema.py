@@ -134,7 +134,7 @@ class ClusterConfig:
 class EngineConfig:
     name: str = "builtin"  # builtin | neox
     backend: str = "auto"  # auto | gloo | nccl
-    # per parallel dimension (dp, tp, pp): a backend other than the world's, e.g. {dp: mpi}
+    # per parallel dimension (dp, tp): a backend other than the world's, e.g. {dp: mpi}
     # (torch groups over mpi4py, neoxlab.comm.mpi_group; ZeRO all-gathers follow dp)
     group_backends: dict[str, str] = field(default_factory=dict)
     torch_threads: int = 1
