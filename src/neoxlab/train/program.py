@@ -65,9 +65,11 @@ def init_distributed(cfg: Config, layout: Layout):
     timeout = comm_timeout(cfg)
     deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False,
                                **({"timeout": timeout} if timeout else {}))
-    # megatron-core's and DeepSpeed's groups, made from here on, get their dimension's backend
-    GroupRouter(Grid(tp=layout.tp, pp=layout.pp, dp=layout.dp),
-                cfg.engine.group_backends).install()
+    if cfg.engine.group_backends:
+        # megatron-core's and DeepSpeed's groups, made from here on, get their dimension's
+        # backend (e.g. DP on MPI)
+        GroupRouter(Grid(tp=layout.tp, pp=layout.pp, dp=layout.dp),
+                    cfg.engine.group_backends).install()
     parallel_state.initialize_model_parallel(
         tensor_model_parallel_size=layout.tp, pipeline_model_parallel_size=layout.pp
     )
