@@ -161,6 +161,8 @@ class MpiProcessGroup(dist.ProcessGroup):
 
     @_counted
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts=None):
+        if _overlaps(input, output):  # ZeRO gathers from a slot of its own output buffer;
+            input = input.clone()  # MPI forbids aliased send and receive buffers
         with self._buffer(input, write=False) as src, self._buffer(output) as dst:
             self.comm.Allgather(src, dst)
         return _finished([output])
@@ -266,6 +268,16 @@ class MpiProcessGroup(dist.ProcessGroup):
 
     def abort(self) -> None:
         self.shutdown()
+
+
+def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors share memory (MPI refuses aliased buffers)."""
+    if a.device != b.device:
+        return False
+    a0, b0 = a.data_ptr(), b.data_ptr()
+    a1 = a0 + a.numel() * a.element_size()
+    b1 = b0 + b.numel() * b.element_size()
+    return a0 < b1 and b0 < a1
 
 
 def _reduce_op(opts):
