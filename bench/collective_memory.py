@@ -1,6 +1,7 @@
-"""Compressed vs plain all-reduce on gloo, 1-256 MiB: time and peak extra memory.
+"""Compressed vs plain all-reduce on gloo and on MPI, 1-256 MiB: time and peak extra memory.
 
     python bench/collective_memory.py [--ranks 2] [--specs fp16 int8] [--max-mib 256]
+                                      [--backends gloo mpi]
 
 Why: a compressed all-reduce must not need several copies of a gradient bucket (DeepSpeed's
 ZeRO-1 bucket of a 20B model is ~2.6 GB in fp16). Every rank runs torch.distributed's
@@ -8,7 +9,9 @@ all_reduce and neoxlab.comm.collectives.all_reduce (the training path: segmented
 of fixed-size payloads, fp32 local sum, all-gather) on the same fp32 tensor, size by size;
 reported: median ms of each, and the largest peak extra resident memory over the ranks
 (neoxlab.comm.memprobe) as a multiple of the message, next to the layout's bound
-(neoxlab.comm_scratch.scratch_bytes). Run it under the machine mutex: /work/heavy.
+(neoxlab.comm_scratch.scratch_bytes). Each backend is a group over every rank: gloo, and
+mpi = neoxlab.comm.mpi_group (torch process group over mpi4py: MPI_Allreduce for plain, the
+same all-to-all/all-gather for compressed). Run it under the machine mutex: /work/heavy.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ def worker(args: argparse.Namespace) -> int:
     import torch.distributed as dist
 
     from neoxlab.comm import collectives as cc
-    from neoxlab.comm import memprobe
+    from neoxlab.comm import memprobe, mpi_group
     from neoxlab.comm.patch import SMALL_GROUP
     from neoxlab.compress import make_compressor
     from neoxlab.run import dist as neox_dist
@@ -40,17 +43,23 @@ def worker(args: argparse.Namespace) -> int:
     dist.init_process_group("gloo")
     n = info.world_size
     algorithm = "allgather" if n <= SMALL_GROUP else "alltoall"
+    groups = {"gloo": dist.new_group(list(range(n)), backend="gloo")}
+    if "mpi" in args.backends:
+        groups["mpi"] = dist.new_group(list(range(n)), backend=mpi_group.register())
     rows = []
     size = args.min_mib * MIB
     while size <= args.max_mib * MIB:
         x = torch.randn(size // 4, generator=torch.Generator().manual_seed(info.rank))
         work = x.clone()
-        variants = {"plain": lambda w=work: dist.all_reduce(w)}
-        for spec in args.specs:
-            comp = make_compressor(spec)
-            variants[spec] = lambda c=comp, w=work: cc.all_reduce(dist, c, w, None, n,
-                                                                  algorithm=algorithm)
-        for name, fn in variants.items():
+        variants = {}
+        for backend in args.backends:
+            g = groups[backend]
+            variants[(backend, "plain")] = lambda w=work, g=g: dist.all_reduce(w, group=g)
+            for spec in args.specs:
+                comp = make_compressor(spec)
+                variants[(backend, spec)] = lambda c=comp, w=work, g=g: cc.all_reduce(
+                    dist, c, w, g, n, algorithm=algorithm)
+        for (backend, name), fn in variants.items():
             times, peaks = [], []
             for _ in range(args.repeats):
                 work.copy_(x)
@@ -61,8 +70,8 @@ def worker(args: argparse.Namespace) -> int:
                 peaks.append(peak)
             t = torch.tensor([statistics.median(times), max(peaks)], dtype=torch.float64)
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
-            rows.append({"variant": name, "size": size, "ms": t[0].item() * 1e3,
-                         "peak": t[1].item()})
+            rows.append({"backend": backend, "variant": name, "size": size,
+                         "ms": t[0].item() * 1e3, "peak": t[1].item()})
         size *= 4 if size < 64 * MIB else 2
     if info.rank == 0:
         print(json.dumps({"rows": rows, "ranks": n, "algorithm": algorithm}))
@@ -77,6 +86,7 @@ def main() -> int:
     ap.add_argument("--min-mib", type=int, default=1)
     ap.add_argument("--max-mib", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--backends", nargs="+", default=["gloo", "mpi"], choices=["gloo", "mpi"])
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -86,7 +96,8 @@ def main() -> int:
 
     cmd = [mpiexec_path(), "-n", str(args.ranks), sys.executable, str(Path(__file__).resolve()),
            "--worker", "--specs", *args.specs, "--min-mib", str(args.min_mib),
-           "--max-mib", str(args.max_mib), "--repeats", str(args.repeats)]
+           "--max-mib", str(args.max_mib), "--repeats", str(args.repeats),
+           "--backends", *args.backends]
     from neoxlab.comm.memprobe import ALLOCATOR_ENV
 
     env = {**os.environ, "OMP_NUM_THREADS": "1", **ALLOCATOR_ENV}
@@ -96,15 +107,17 @@ def main() -> int:
               file=sys.stderr)
         return 1
     doc = json.loads(proc.stdout.strip().splitlines()[-1])
-    print(f"# {doc['ranks']} gloo ranks, compressed algorithm {doc['algorithm']}; median of "
-          f"{args.repeats}; peak = largest extra resident memory over ranks / message")
-    print(f"{'MiB':>5} {'variant':<12}{'ms':>10}{'vs plain':>10}{'peak':>8}{'bound':>8}")
-    plain = {r["size"]: r["ms"] for r in doc["rows"] if r["variant"] == "plain"}
+    print(f"# {doc['ranks']} ranks, compressed algorithm {doc['algorithm']}; median of "
+          f"{args.repeats}; vs plain = / the same backend's plain all_reduce; peak = largest "
+          "extra resident memory over ranks / message")
+    print(f"{'MiB':>5} {'backend':<8}{'variant':<12}{'ms':>10}{'vs plain':>10}{'peak':>8}"
+          f"{'bound':>8}")
+    plain = {(r["backend"], r["size"]): r["ms"] for r in doc["rows"] if r["variant"] == "plain"}
     for r in doc["rows"]:
         bound = scratch_bytes(r["size"]) / r["size"] if r["variant"] != "plain" else 0.0
-        print(f"{r['size'] // MIB:>5} {r['variant']:<12}{r['ms']:>10.1f}"
-              f"{r['ms'] / plain[r['size']]:>10.2f}{r['peak'] / r['size']:>8.2f}"
-              f"{bound:>8.2f}")
+        print(f"{r['size'] // MIB:>5} {r['backend']:<8}{r['variant']:<12}{r['ms']:>10.1f}"
+              f"{r['ms'] / plain[(r['backend'], r['size'])]:>10.2f}"
+              f"{r['peak'] / r['size']:>8.2f}{bound:>8.2f}")
     return 0
 
 

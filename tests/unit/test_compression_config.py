@@ -63,12 +63,17 @@ def test_classifier_by_ranks_and_op():
     assert c.p2p(1, 4, big) == "other"
 
 
+MVAPICH = ["cluster.mpi_library=mvapich-plus", "+engine.group_backends.dp=mpi"]
+
+
 def test_mpi_backend_renders_global_switches():
     cfg = compose_experiment("local_naive", ["compression.backend=mpi"])
     env = mpi_environment(cfg.compression)
     assert env["MPIR_CVAR_ENABLE_COMPRESSION"] == "1"
     assert env["MPIR_CVAR_COMPRESSION_ALGORITHM"] == "zfp"
     assert env["MPIR_CVAR_ZFP_RATE"] == "8"
+    assert mpi_environment(compose_experiment("local_baseline",
+                                              ["compression.backend=mpi"]).compression) == {}
     bad = compose_experiment("local_naive", ["compression.backend=mpi",
                                               "compression.dims.dp.compressor=int8",
                                               "compression.dims.dp.params={}"])
@@ -76,12 +81,73 @@ def test_mpi_backend_renders_global_switches():
         check(bad)
 
 
-def test_mpi_backend_is_refused_rather_than_run_uncompressed():
+def test_mpi_backend_is_refused_where_the_library_cannot_compress():
+    """mpich (the wheel here) has no on-the-fly compression: refused with the fix named,
+    never run uncompressed under a compressed label."""
     cfg = compose_experiment("local_naive", ["compression.backend=mpi"])
-    with pytest.raises(ConfigError, match="backend=mpi is refused.*backend=framework"):
+    with pytest.raises(ConfigError, match=r"mpi_library='mpich' has none.*backend=framework"):
         check(cfg)
     quiet = compose_experiment("local_baseline", ["compression.backend=mpi"])
     check(quiet)  # nothing to compress: nothing runs under a false label
+
+
+def test_mpi_backend_needs_compressed_dims_on_mpi_groups_with_one_setting():
+    dp_only = ["compression=custom", "compression.backend=mpi"]  # zfp rate 8 on dp only
+    with pytest.raises(ConfigError, match=r"error_feedback=true needs compression.backend="
+                                          r"framework"):
+        check(compose_experiment("local_3d", [*dp_only, *MVAPICH]))
+    dp_only.append("compression.dims.dp.error_feedback=false")
+    with pytest.raises(ConfigError, match=r"switches are global.*dp=zfp\{'rate': 8\}, "
+                                          r"zero=none"):  # ZeRO all-gathers share dp groups
+        check(compose_experiment("local_3d", [*dp_only, *MVAPICH]))
+    zero_too = ["compression.dims.zero.compressor=zfp", "+compression.dims.zero.params.rate=8"]
+    check(compose_experiment("local_3d", [*dp_only, *zero_too, *MVAPICH]))
+    # dp compressed by the library, but its groups left on gloo
+    with pytest.raises(ConfigError, match=r"dims.dp is to be compressed by the MPI library.*"
+                                          r"engine.group_backends.dp=mpi"):
+        check(compose_experiment("local_3d", [*dp_only, "cluster.mpi_library=mvapich-plus"]))
+    # naive compresses tp too, whose groups run on gloo; zero (on the dp groups) has another
+    # setting than dp would need if tp moved to MPI as well
+    with pytest.raises(ConfigError, match=r"dims.tp is to be compressed by the MPI library"):
+        check(compose_experiment("local_naive", ["compression.backend=mpi", *MVAPICH]))
+    with pytest.raises(ConfigError, match=r"switches are global.*dp=zfp\{'rate': 8\}.*"
+                                          r"zero=zfp\{'rate': 24\}"):
+        check(compose_experiment("local_zhybrid", ["compression.backend=mpi", *MVAPICH,
+                                                   "compression.dims.tp.compressor=none",
+                                                   "compression.dims.pp.compressor=none"]))
+
+
+def test_group_backends_are_validated():
+    with pytest.raises(ConfigError, match=r"group_backends.zero: unknown dimension"):
+        check(compose_experiment("local_3d", ["+engine.group_backends.zero=mpi"]))
+    with pytest.raises(ConfigError, match=r"group_backends.dp='nccl' is not one of \['mpi'\]"):
+        check(compose_experiment("local_3d", ["+engine.group_backends.dp=nccl"]))
+    with pytest.raises(ConfigError, match="cluster.mpi_library='intelmpi' is not one of"):
+        check(compose_experiment("local_3d", ["cluster.mpi_library=intelmpi"]))
+    with pytest.raises(ConfigError, match=r"group_backends.pp: DeepSpeed's pipeline sends "
+                                          r"activations with send/recv on the world group"):
+        check(compose_experiment("local_3d", ["+engine.group_backends.pp=mpi"]))
+    check(compose_experiment("local_3d", ["+engine.group_backends.dp=mpi",
+                                          "+engine.group_backends.tp=mpi"]))
+
+
+def test_library_switches_reach_the_ranks_only_when_the_library_compresses(tmp_path):
+    from neoxlab.launch.ranks import rank_env
+
+    on = compose_experiment("local_naive", ["compression.backend=mpi"])
+    assert rank_env(on, tmp_path)["MPIR_CVAR_ENABLE_COMPRESSION"] == "1"
+    for off in (compose_experiment("local_naive", []),
+                compose_experiment("local_baseline", ["compression.backend=mpi"])):
+        assert not any(k.startswith("MPIR_CVAR") for k in rank_env(off, tmp_path))
+
+
+def test_ranks_refuse_library_compression_on_a_library_without_it():
+    """The rank-side guard: the planning node may be told mvapich-plus while the ranks
+    load another library (here the mpich wheel)."""
+    from neoxlab.comm.install import MpiCompressionUnavailable, require_compressing_library
+
+    with pytest.raises(MpiCompressionUnavailable, match=r"MPICH.*would not compress"):
+        require_compressing_library({"MPIR_CVAR_ENABLE_COMPRESSION": "1"})
 
 
 def test_rate_that_cannot_shrink_half_precision_traffic_is_refused():

@@ -23,6 +23,9 @@ class OpStats:
     group_size: int = 0
     compressor: str = "none"
     via_deepspeed: int = 0  # calls that entered through deepspeed.comm
+    # compression.backend=mpi: what the MPI library does to these bytes after we hand them
+    # over (bytes_out is then what we handed over; the library's wire bytes are not seen)
+    library: str | None = None
 
 
 BUS_FACTORS = {
@@ -56,7 +59,7 @@ class Accountant:
         self, dim: str, op: str, *, bytes_in: int, bytes_out: int, comm_s: float,
         group_size: int, compressor: str = "none", compress_s: float = 0.0,
         decompress_s: float = 0.0, via_deepspeed: bool = False, pending=None,
-        weight: int = 1, ranks: tuple[int, ...] | None = None,
+        weight: int = 1, ranks: tuple[int, ...] | None = None, library: str | None = None,
     ) -> None:
         """One call. `pending`: its Cost when it holds unresolved CUDA events (their times,
         times `weight` for sampled calls, are added at report time)."""
@@ -78,6 +81,8 @@ class Accountant:
         s.via_deepspeed += via_deepspeed
         if compressor != "none":
             s.compressor = compressor
+        if library is not None:
+            s.library = library
 
     def resolve(self) -> None:
         """Wait for the recorded CUDA events and add their times (report time only)."""
@@ -115,6 +120,8 @@ def totals_by_dim(rows: list[dict]) -> dict[str, dict]:
         t = totals.setdefault(row["dim"], {k: 0 for k in keys})
         for k in keys:
             t[k] += row[k]
+        if row.get("library"):
+            t["library"] = row["library"]  # "compressed by the MPI library (...)"
     for t in totals.values():
         t["ratio"] = t["bytes_in"] / t["bytes_out"] if t["bytes_out"] else None
     return totals

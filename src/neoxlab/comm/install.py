@@ -2,20 +2,51 @@
 
 from __future__ import annotations
 
+import os
+
 from neoxlab.comm.classify import Classifier, Grid
 from neoxlab.comm.patch import CompressionPatch
-from neoxlab.comm.policy import build_policies
+from neoxlab.comm.policy import GROUP_OF, build_policies, library_label, mpi_environment
 from neoxlab.comm.strict import strict_from_env
 from neoxlab.config import Config
 from neoxlab.layout import Layout
 
 
+class MpiCompressionUnavailable(RuntimeError):
+    """compression.backend=mpi on ranks whose MPI library would not compress."""
+
+
 def install_for_run(cfg: Config, layout: Layout) -> CompressionPatch | None:
-    """The framework patch (None when compression.patch is off or the MPI library does it)."""
+    """The framework patch (None when compression.patch is off). With compression.backend=
+    mpi it compresses nothing itself: it accounts every call and labels the traffic the MPI
+    library compresses, after making sure the library really will."""
     c = cfg.compression
-    if not c.patch or c.backend != "framework":
+    label = library_label(c) if c.backend == "mpi" else None
+    if label is not None:
+        require_compressing_library(mpi_environment(c))
+    if not c.patch:
         return None
     classifier = Classifier(Grid(tp=layout.tp, pp=layout.pp, dp=layout.dp),
                             hidden_size=cfg.model.hidden_size)
-    return CompressionPatch(build_policies(c), classifier, c.allreduce,
-                            strict_from_env()).install()
+    policies = build_policies(c) if c.backend == "framework" else {}
+    on_mpi = {g for g, b in cfg.engine.group_backends.items() if b == "mpi"}
+    library = {dim: label for dim, group in GROUP_OF.items()
+               if label is not None and group in on_mpi}
+    return CompressionPatch(policies, classifier, c.allreduce, strict_from_env(),
+                            library=library).install()
+
+
+def require_compressing_library(switches: dict[str, str]) -> None:
+    """Refuse to train when the library loaded here is not MVAPICH or its switches are not
+    in the environment: the run would be uncompressed under a compressed label."""
+    from mpi4py import MPI
+
+    version = MPI.Get_library_version().strip().splitlines()[0]
+    missing = {k: v for k, v in switches.items() if os.environ.get(k) != v}
+    if "MVAPICH" not in version.upper() or missing:
+        raise MpiCompressionUnavailable(
+            f"compression.backend=mpi, but the ranks run on '{version}'"
+            + (f" without {missing}" if missing else "")
+            + ": it would not compress; load MVAPICH-Plus (cluster.mpi_library=mvapich-plus, "
+            "cluster.modules) and launch through neoxlab's job script, or use "
+            "compression.backend=framework")

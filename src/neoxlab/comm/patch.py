@@ -44,8 +44,11 @@ _state = _State()
 
 class CompressionPatch:
     def __init__(self, policies: dict[str, DimPolicy], classifier: Classifier,
-                 allreduce: str = "auto", strict: bool = False):
+                 allreduce: str = "auto", strict: bool = False,
+                 library: dict[str, str] | None = None):
         self.policies = policies
+        # dims whose traffic the MPI library compresses (compression.backend=mpi) -> label
+        self.library = library or {}
         self.strict = strict  # strict-device mode (neoxlab.comm.strict)
         self.classifier = classifier
         self.allreduce = allreduce
@@ -194,7 +197,8 @@ class CompressionPatch:
         if a.get("async_op", False) or (cuda and calls % SAMPLE_EVERY != 1):
             result = original(**a)
             self.accountant.record(dim, name, bytes_in=nbytes, bytes_out=nbytes, comm_s=0.0,
-                                   group_size=group_size, via_deepspeed=via_ds, ranks=members)
+                                   group_size=group_size, via_deepspeed=via_ds, ranks=members,
+                                   library=self.library.get(dim))
             return result
         cost = cc.Cost()
         with cc.Timed(cost, "comm_s", tensor.device if tensor is not None else _CPU):
@@ -202,7 +206,8 @@ class CompressionPatch:
         self.accountant.record(dim, name, bytes_in=nbytes, bytes_out=nbytes,
                                comm_s=cost.comm_s, group_size=group_size,
                                via_deepspeed=via_ds, pending=cost,
-                               weight=SAMPLE_EVERY if cuda else 1, ranks=members)
+                               weight=SAMPLE_EVERY if cuda else 1, ranks=members,
+                               library=self.library.get(dim))
         return result
 
     # ---- compressed implementations -----------------------------------------------------

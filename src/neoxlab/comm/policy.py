@@ -12,6 +12,7 @@ from neoxlab.config import COMPRESSIBLE_DIMS, CompressionConfig, Config
 DIMS = COMPRESSIBLE_DIMS  # "other" (control traffic) is never compressed
 BACKENDS = ("framework", "mpi")
 ALLREDUCE = ("auto", "alltoall", "allgather")
+COMM_DTYPES = ("fp32", "fp16", "bf16")
 MPI_ALGORITHMS = ("zfp", "mpc")
 _HALF = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -45,6 +46,9 @@ def validate_compression(cfg: Config) -> list[str]:
         errors.append(f"compression.backend='{c.backend}' is not one of {list(BACKENDS)}")
     if c.allreduce not in ALLREDUCE:
         errors.append(f"compression.allreduce='{c.allreduce}' is not one of {list(ALLREDUCE)}")
+    if c.communication_dtype is not None and c.communication_dtype not in COMM_DTYPES:
+        errors.append(f"compression.communication_dtype='{c.communication_dtype}' is not one "
+                      f"of {list(COMM_DTYPES)}; or null for the training precision")
     for dim, d in c.dims.items():
         where = f"compression.dims.{dim}"
         if dim not in DIMS:
@@ -86,31 +90,95 @@ def validate_compression(cfg: Config) -> list[str]:
                 f"{where}.error_feedback=true applies to lossy dp gradients only; "
                 "set it to false here"
             )
+    if cfg.cluster.mpi_library not in MPI_LIBRARIES:
+        errors.append(f"cluster.mpi_library='{cfg.cluster.mpi_library}' is not one of "
+                      f"{list(MPI_LIBRARIES)}; name the library the ranks run on")
     if c.backend == "mpi":
-        errors += _validate_mpi(c)
+        errors += _validate_mpi(cfg)
     return errors
 
 
-MPI_REFUSAL = (
-    "compression.backend=mpi is refused: no launcher exports the MPI library's compression "
-    "switches and torch gets no MPI process group, so the run would be an uncompressed "
-    "baseline under a compressed label; use compression.backend=framework (neoxlab's "
-    "compressed collectives over gloo/NCCL) with the same dims")
+MPI_LIBRARIES = ("mpich", "openmpi", "spectrum", "mvapich2-gdr", "mvapich-plus")
+COMPRESSING_LIBRARIES = ("mvapich-plus",)  # MPIR_CVAR_ENABLE_COMPRESSION & co.
+GROUP_OF = {"dp": "dp", "zero": "dp", "tp": "tp", "pp": "pp"}  # zero runs on the dp groups
 
 
-def _validate_mpi(c: CompressionConfig) -> list[str]:
-    used = {d.compressor for d in c.dims.values() if d.compressor != "none"}
-    bad = sorted(used - set(MPI_ALGORITHMS))
-    errors = [MPI_REFUSAL] if used else []
+def _setting(d) -> tuple[str, tuple] | None:
+    return None if d is None or d.compressor == "none" else (
+        d.compressor, tuple(sorted(d.params.items())))
+
+
+def _validate_mpi(cfg: Config) -> list[str]:
+    """compression.backend=mpi: the MPI library compresses what runs on MPI groups. Refused
+    unless it really can, so a run is never uncompressed under a compressed label."""
+    c, library = cfg.compression, cfg.cluster.mpi_library
+    compressed = {dim: d for dim, d in c.dims.items() if d.compressor != "none"}
+    if not compressed:
+        return []
+    errors = []
+    bad = sorted({d.compressor for d in compressed.values()} - set(MPI_ALGORITHMS))
     if bad:
         errors.append(f"compression.backend=mpi supports only {list(MPI_ALGORITHMS)}, "
-                      f"not {bad}")
+                      f"not {bad}; use those or compression.backend=framework")
+    if library not in COMPRESSING_LIBRARIES:
+        errors.append(
+            f"compression.backend=mpi needs an MPI library that compresses on the fly, but "
+            f"cluster.mpi_library='{library}' has none (only {list(COMPRESSING_LIBRARIES)}); "
+            "use compression.backend=framework (neoxlab's codecs, also on MPI groups with "
+            "engine.group_backends.dp=mpi) or a cluster running mvapich-plus")
+    payload = communication_dtype(cfg)
+    if "dp" in compressed and payload != "fp32":
+        errors.append(
+            f"compression.backend=mpi: the MPI library compresses FLOAT (fp32) data only, but "
+            f"DP gradients travel as {payload} (train.precision={cfg.train.precision}, "
+            f"compression.communication_dtype={c.communication_dtype}); set "
+            "compression.communication_dtype=fp32 (the paper's fp32 payloads)")
+    on_mpi = {g for g, b in cfg.engine.group_backends.items() if b == "mpi"}
+    for dim in sorted(compressed):
+        if compressed[dim].error_feedback:
+            errors.append(f"compression.dims.{dim}.error_feedback=true needs compression."
+                          "backend=framework (the MPI library keeps no residual); set it to "
+                          "false or use the framework backend")
+        group = GROUP_OF.get(dim)
+        if group is not None and group not in on_mpi:
+            fix = (f"set engine.group_backends.{group}=mpi or " if group != "pp" else "")
+            errors.append(
+                f"compression.dims.{dim} is to be compressed by the MPI library, but {dim} "
+                f"traffic runs on backend '{cfg.engine.backend}', not MPI; {fix}set "
+                f"compression.dims.{dim}.compressor=none")
+    # the library's switches are global: one setting for everything on MPI groups
+    settings = {dim: _setting(c.dims.get(dim)) for dim, group in GROUP_OF.items()
+                if group in on_mpi}
+    if len(set(settings.values())) > 1:
+        shown = ", ".join(f"{dim}={s[0] + str(dict(s[1])) if s else 'none'}"
+                          for dim, s in sorted(settings.items()))
+        errors.append(
+            f"compression.backend=mpi: the MPI library's switches are global, so every "
+            f"dimension on MPI groups gets one setting, but they differ ({shown}); give "
+            "them the same compressor and params, or move the others off MPI "
+            "(engine.group_backends)")
     return errors
+
+
+def communication_dtype(cfg: Config) -> str:
+    """The dtype DP gradient reductions travel in."""
+    return cfg.compression.communication_dtype or cfg.train.precision
+
+
+def library_label(c: CompressionConfig) -> str | None:
+    """How the accounting names traffic the MPI library compresses (None: it does not)."""
+    env = mpi_environment(c)
+    if not env:
+        return None
+    algorithm = env["MPIR_CVAR_COMPRESSION_ALGORITHM"]
+    rate = f" rate={env['MPIR_CVAR_ZFP_RATE']}" if algorithm == "zfp" else ""
+    return f"compressed by the MPI library ({algorithm}{rate})"
 
 
 def mpi_environment(c: CompressionConfig) -> dict[str, str]:
-    """MVAPICH-Plus switches. They are global, not per communicator: the dp setting (the
-    dominant traffic) is applied to every message, so hybrids cannot be expressed here."""
+    """MVAPICH-Plus switches, for the ranks' environment (empty unless the library is to
+    compress). They are global, not per communicator: validation requires one setting for
+    every dimension on MPI groups (engine.group_backends), so hybrids split across backends."""
     if c.backend != "mpi":
         return {}
     dp = c.dims.get("dp")
@@ -118,7 +186,7 @@ def mpi_environment(c: CompressionConfig) -> dict[str, str]:
         (d for d in c.dims.values() if d.compressor != "none"), None
     )
     if chosen is None:
-        return {"MPIR_CVAR_ENABLE_COMPRESSION": "0"}
+        return {}  # exported only for runs that use them
     env = {
         "MPIR_CVAR_ENABLE_COMPRESSION": "1",
         "MPIR_CVAR_COMPRESSION_ALGORITHM": chosen.compressor,

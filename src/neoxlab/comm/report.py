@@ -52,5 +52,6 @@ def format_totals(totals: dict[str, dict]) -> str:
         lines.append(
             f"{dim:<6}{t['calls']:>8}{t['bytes_in'] / 1e6:>10.2f}{t['bytes_out'] / 1e6:>10.2f}"
             f"{ratio:>7}{t['comm_s']:>9.2f}{t['compress_s'] + t['decompress_s']:>9.2f}"
+            + (f"  {t['library']}" if t.get("library") else "")
         )
     return "\n".join(lines)

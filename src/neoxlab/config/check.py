@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable
 
 from neoxlab import layout
+from neoxlab.comm.group_backends import validate_group_backends
 from neoxlab.comm.policy import validate_compression
 from neoxlab.config import Config, ConfigError
 from neoxlab.files import disk_full
@@ -32,6 +33,7 @@ def problems(cfg: Config) -> list[str]:
     errors = layout.validate(cfg)
     errors += validate_checkpointing(cfg, world)
     errors += validate_compression(cfg)
+    errors += validate_group_backends(cfg.engine.group_backends, cfg.engine.name)
     errors += TASKS[cfg.task.name].rules(cfg, world)
     errors += validate_cluster(cfg)
     errors += validate_neox(cfg)

@@ -93,6 +93,10 @@ class CompressionConfig:
     backend: str = "framework"  # framework (our wrappers) | mpi (MPI library switches)
     patch: bool = True  # wrap collectives even for `none`, to account every byte
     allreduce: str = "auto"  # auto | alltoall | allgather (compressed all-reduce algorithm)
+    # dtype of DP gradient reductions (DeepSpeed communication_data_type, GPT-NeoX
+    # fp32_allreduce): fp32 | fp16 | bf16; null: the training precision. fp32 reproduces the
+    # paper's fp32 MPI payloads under fp16 training.
+    communication_dtype: str | None = None
     dims: dict[str, DimCompressionConfig] = field(default_factory=dict)
 
 
@@ -118,6 +122,9 @@ class ClusterConfig:
     account: str | None = None  # LSF bank (-G) / Slurm account
     walltime: str = "00:30"  # LSF [HH:]MM, Slurm [D-]HH:MM:SS
     mpi: str = "pmi2"  # srun --mpi plugin (pmi2 | pmix)
+    # the MPI library the ranks run on; only mvapich-plus compresses on the fly
+    # (compression.backend=mpi): mpich | openmpi | spectrum | mvapich2-gdr | mvapich-plus
+    mpi_library: str = "mpich"
     extra: dict[str, str] = field(default_factory=dict)  # more scheduler options, name: value
     profile: PerfProfile | None = None  # hardware profile for task=predict (perfmodel)
     emulated: EmulatedConfig | None = None  # nodes and links emulated on this machine (netem/)
@@ -127,6 +134,9 @@ class ClusterConfig:
 class EngineConfig:
     name: str = "builtin"  # builtin | neox
     backend: str = "auto"  # auto | gloo | nccl
+    # per parallel dimension (dp, tp): a backend other than the world's, e.g. {dp: mpi}
+    # (torch groups over mpi4py, neoxlab.comm.mpi_group; ZeRO all-gathers follow dp)
+    group_backends: dict[str, str] = field(default_factory=dict)
     torch_threads: int = 1
     # engine=neox only: more GPT-NeoX arguments for neox.yml (real GPT-NeoX names, e.g. fusion
     # flags, eval_iters); keys neoxlab renders from its own config are refused (set those here).

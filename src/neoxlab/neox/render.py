@@ -142,18 +142,23 @@ def _zero(cfg: Config) -> dict[str, Any]:
 
 
 def _precision(cfg: Config, layout: Layout) -> dict[str, Any]:
-    """fp16 with GPT-NeoX-20B's dynamic loss scale, or bf16; fp32 renders neither."""
-    precision = cfg.train.precision
+    """fp16 with GPT-NeoX-20B's dynamic loss scale, or bf16; fp32 renders neither. The
+    scheme's communication dtype goes to DeepSpeed (communication_data_type) and, as fp32,
+    to GPT-NeoX's own fp32_allreduce."""
+    precision, comm = cfg.train.precision, cfg.compression.communication_dtype
+    out: dict[str, Any] = {}
+    if comm is not None:
+        out["communication_data_type"] = comm
+        out["fp32_allreduce"] = comm == "fp32"
     if precision == "fp16":
-        return {"fp16": {"enabled": True, "loss_scale": 0, "loss_scale_window": 1000,
-                         "hysteresis": 2, "min_loss_scale": 1, "initial_scale_power": 12}}
+        out["fp16"] = {"enabled": True, "loss_scale": 0, "loss_scale_window": 1000,
+                       "hysteresis": 2, "min_loss_scale": 1, "initial_scale_power": 12}
     if precision == "bf16":
-        out: dict[str, Any] = {"bf16": {"enabled": True}}
+        out["bf16"] = {"enabled": True}
         if cfg.zero.stage > 0 and layout.pp >= 1:
             # GPT-NeoX warns that bf16 + ZeRO + pipeline breaks without fp32 accumulation.
             out["data_types"] = {"grad_accum_dtype": "fp32"}
-        return out
-    return {}
+    return out
 
 
 def _data(cfg: Config) -> dict[str, Any]:

@@ -34,6 +34,8 @@ OWNED_BY = {
     "gradient_clipping": "train.grad_clip", "train_iters": "train.steps",
     "lr_decay_iters": "train.steps", "seed": "train.seed", "zero_optimization": "zero.*",
     "fp16": "train.precision", "bf16": "train.precision", "data_types": "train.precision",
+    "communication_data_type": "compression.communication_dtype",
+    "fp32_allreduce": "compression.communication_dtype",
     "data_path": "data.path", "split": "data.val_fraction",
     "tokenizer_type": "data.tokenizer_type", "vocab_file": "data.vocab_file",
     "merge_file": "data.merge_file", "load": "the run dir", "save": "train.checkpoint_every",

@@ -45,4 +45,6 @@ def render(cfg: Config, layout: Layout) -> dict[str, Any]:
                  "loss_scale_window": 1000, "hysteresis": 2, "min_loss_scale": 1},
         "bf16": {"enabled": t.precision == "bf16"},
     }
+    if cfg.compression.communication_dtype is not None:
+        ds["communication_data_type"] = cfg.compression.communication_dtype
     return ds

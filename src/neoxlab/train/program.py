@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from neoxlab import metrics
+from neoxlab.comm import mpi_group
+from neoxlab.comm.classify import Grid
+from neoxlab.comm.group_backends import GroupRouter
 from neoxlab.comm.install import install_for_run
 from neoxlab.comm.report import format_totals, merge, write_rank_rows
 from neoxlab.config import Config
@@ -62,6 +65,11 @@ def init_distributed(cfg: Config, layout: Layout):
     timeout = comm_timeout(cfg)
     deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False,
                                **({"timeout": timeout} if timeout else {}))
+    if cfg.engine.group_backends:
+        # megatron-core's and DeepSpeed's groups, made from here on, get their dimension's
+        # backend (e.g. DP on MPI)
+        GroupRouter(Grid(tp=layout.tp, pp=layout.pp, dp=layout.dp),
+                    cfg.engine.group_backends).install()
     parallel_state.initialize_model_parallel(
         tensor_model_parallel_size=layout.tp, pipeline_model_parallel_size=layout.pp
     )
@@ -222,6 +230,9 @@ def finish(runner: StepRunner, patch, run_dir: Path, rank: int, layout: Layout,
     import torch
 
     runner.finish(run_dir)
+    if mpi_group.CALLS:
+        print(f"[neoxlab] {mpi_group.BACKEND} process groups ran {mpi_group.summary()}",
+              flush=True)
     if patch is not None:
         write_rank_rows(run_dir, rank, patch.accountant)
     torch.distributed.barrier()
