@@ -27,30 +27,37 @@ T = torch.Tensor
 Lift = Callable[[T, T, T, T], tuple[T, T, T, T]]
 
 
+def _w(v: T) -> T:
+    """The int32 value of v's low 32 bits. The lifts run in int64 and wrap before every
+    right shift: int32 overflow is undefined in C++, and inductor's compiled int32 lifts
+    gave other bits than eager torch on blocks of INT_MIN."""
+    return v.to(torch.int32).to(torch.int64)
+
+
 def _fwd_lift(x: T, y: T, z: T, w: T) -> tuple[T, T, T, T]:
-    x = x + w; x = x >> 1; w = w - x  # noqa: E702
-    z = z + y; z = z >> 1; y = y - z  # noqa: E702
-    x = x + z; x = x >> 1; z = z - x  # noqa: E702
-    w = w + y; w = w >> 1; y = y - w  # noqa: E702
-    w = w + (y >> 1); y = y - (w >> 1)  # noqa: E702
-    return x, y, z, w
+    x = _w(x + w) >> 1; w = w - x  # noqa: E702
+    z = _w(z + y) >> 1; y = y - z  # noqa: E702
+    x = _w(x + z) >> 1; z = z - x  # noqa: E702
+    w = _w(w + y) >> 1; y = y - w  # noqa: E702
+    y = _w(y); w = _w(w + (y >> 1)); y = _w(y - (w >> 1))  # noqa: E702
+    return x, y, _w(z), w
 
 
 def _inv_lift(x: T, y: T, z: T, w: T) -> tuple[T, T, T, T]:
-    y = y + (w >> 1); w = w - (y >> 1)  # noqa: E702
+    y = _w(y + (w >> 1)); w = _w(w - (y >> 1))  # noqa: E702
     y = y + w; w = (w << 1) - y  # noqa: E702
     z = z + x; x = (x << 1) - z  # noqa: E702
     y = y + z; z = (z << 1) - y  # noqa: E702
     w = w + x; x = (x << 1) - w  # noqa: E702
-    return x, y, z, w
+    return _w(x), _w(y), _w(z), _w(w)
 
 
-def _transpose32(rows: list[torch.Tensor]) -> list[torch.Tensor]:
-    """32 x 32 bit-matrix transpose of 32 int32 vectors: afterwards
+def _transpose16(rows: list[torch.Tensor]) -> list[torch.Tensor]:
+    """16 x 16 bit-matrix transpose of 16 int64 vectors holding 16-bit words: afterwards
     bit r of out[k] is bit k of rows[r] (the stages of mpc.transpose_planes)."""
     z = list(rows)
-    for j, mask in _STAGES[32]:
-        for r in range(32):
+    for j, mask in _STAGES[16]:
+        for r in range(16):
             if r & j:
                 continue
             a, b = z[r], z[r + j]
@@ -58,6 +65,20 @@ def _transpose32(rows: list[torch.Tensor]) -> list[torch.Tensor]:
             z[r + j] = b ^ t
             z[r] = a ^ (t << j)
     return z
+
+
+def _planes(u: list[torch.Tensor]) -> list[torch.Tensor]:
+    """16 values (int64, low 32 bits) -> 32 planes, bit i of planes[k] = bit k of u[i]:
+    two 16 x 16 transposes of the 16-bit halves."""
+    lo = [(v & 0xFFFF).to(torch.int64) for v in u]
+    hi = [((v >> 16) & 0xFFFF).to(torch.int64) for v in u]
+    return _transpose16(lo) + _transpose16(hi)
+
+
+def _values(planes: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Inverse of _planes (planes of 16 bits -> 32-bit values as int64)."""
+    lo, hi = _transpose16(planes[:16]), _transpose16(planes[16:])
+    return [a | (b << 16) for a, b in zip(lo, hi, strict=True)]
 
 
 def _lift_block(cols: list[torch.Tensor], lift: Lift, order: str) -> list[torch.Tensor]:
@@ -74,7 +95,7 @@ def _lift_block(cols: list[torch.Tensor], lift: Lift, order: str) -> list[torch.
 
 
 def encode_prologue(fb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(nb, 16) fp32 blocks -> (bit planes (32, nb) int32, row k = plane k of the 16
+    """(nb, 16) fp32 blocks -> (bit planes (32, nb) int64, row k = plane k of the 16
     values; nonzero (nb,) bool; header (nb,) int64: the block's first 9 bits)."""
     mag = [c & 0x7FFFFFFF for c in fb.view(torch.int32).unbind(1)]
     amag = mag[0]
@@ -88,10 +109,10 @@ def encode_prologue(fb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch
     s = torch.where(e2 >= 255, 0x7F800000, e2 << 23).to(torch.int32).view(torch.float32)
     prod = fb * s[:, None]
     prod = torch.where(finite[:, None] & (prod.abs() < 2.0**31), prod, float(_INT_MIN))
-    ib = prod.to(torch.int32)  # int32 arithmetic wraps, as ZFP's does
+    ib = prod.to(torch.int32).to(torch.int64)  # ZFP's int32 arithmetic, wrapped (_w)
     p = _lift_block(list(ib.unbind(1)), _fwd_lift, "rc")
     u = [(p[PERM[i]] + _NB) ^ _NB for i in range(16)]
-    planes = _transpose32(u + [torch.zeros_like(u[0])] * 16)  # planes[k]: bit k of values
+    planes = _planes(u)  # planes[k]: bit k of the 16 values
     head = torch.where(nonzero, 1 + 2 * (emax.to(torch.int64) + _EBIAS), 0)
     return torch.stack(planes), nonzero, torch.where(finite, head, 1)
 
@@ -102,7 +123,6 @@ def encode_plane(xk: torch.Tensor, acc: torch.Tensor, off: torch.Tensor,
     """Code one bit plane xk (nb,) of every block: acc = OR of the planes above, off = bits
     written so far, words (nwords, nb) int64 the stream; returns the updated three."""
     maxbits = 16 * rate
-    xk = xk.to(torch.int64)
     # n = bit length of acc (< 2^16: exact in fp32, read off the exponent)
     n = ((acc.to(torch.float32).view(torch.int32) >> 23) - 126).clamp(min=0)
     ent = enc[n.to(torch.int64) * 65536 + xk]
@@ -156,7 +176,7 @@ def decode_plane(win: torch.Tensor, base: torch.Tensor, pos: torch.Tensor,
         rel = rel + used
         budget = budget - used
         state = ent >> 24
-    return 8 * at + rel, budget, state // (3 * _STATE), x.to(torch.int32)
+    return 8 * at + rel, budget, state // (3 * _STATE), x
 
 
 def decode_windows(src: torch.Tensor) -> torch.Tensor:
@@ -171,18 +191,18 @@ def decode_windows(src: torch.Tensor) -> torch.Tensor:
 
 
 def decode_epilogue(planes: torch.Tensor, head: torch.Tensor) -> torch.Tensor:
-    """Bit planes (32, nb) int32 and block headers (nb,) -> (nb, 16) fp32 values."""
+    """Bit planes (32, nb) int64 and block headers (nb,) -> (nb, 16) fp32 values."""
     flag = (head & 1) == 1
     e = head >> 1
     nonzero = flag & (e > 0)
     nan = flag & (e == 0)
-    vals = _transpose32(list(planes.unbind(0)))  # vals[i]: value i (negabinary)
-    ints = [(vals[i] ^ _NB) - _NB for i in range(16)]
+    vals = _values(list(planes.unbind(0)))  # vals[i]: value i (negabinary)
+    ints = [_w((vals[i] ^ _NB) - _NB) for i in range(16)]
     p: list[torch.Tensor] = list(ints)
     for i in range(16):
         p[PERM[i]] = ints[i]
     p = _lift_block(p, _inv_lift, "cr")
-    ib = torch.stack(p, 1)
+    ib = torch.stack(p, 1).to(torch.int32)
     sexp = (e - _EBIAS - 30).to(torch.int32)
     s_norm = ((sexp + 127).clamp(min=0) << 23).view(torch.float32)
     s_sub = (1 << (sexp + 149).clamp(0, 22)).to(torch.int32).view(torch.float32)
@@ -205,7 +225,7 @@ def decode_chunk(src: torch.Tensor, rate: int, table: torch.Tensor,
     pos = torch.full((nb,), 9, dtype=torch.int64, device=src.device)
     budget = torch.where(nonzero, 16 * rate - 9, 0)
     n = torch.zeros_like(pos)
-    planes = torch.empty(32, nb, dtype=torch.int32, device=src.device)
+    planes = torch.empty(32, nb, dtype=torch.int64, device=src.device)
     for k in range(31, -1, -1):
         pos, budget, n, planes[k] = plane(win, base, pos, budget, n, table, 2 * rate)
     return epilogue(planes, head)
