@@ -19,6 +19,8 @@ relative errors ||x - x'|| / ||x|| "g"/"a" are on the captured gradients / activ
 Goals: casts >= 0.5x memcpy, int8/int4 >= 0.2x, mpc >= 0.05x, for encode and decode;
 our torch ZFP (``zfp``) >= 1x the ZFP library (``zfp:impl=zfpy``) at the same rate, in a
 closing "zfp torch / zfpy" line. ``--threads 0`` uses every core (zfpy itself is serial).
+A spec ending in ``@K`` runs with NEOXLAB_CODEC_KERNELS=K (``@compile``: our ZFP through
+torch.compile on CPU; its compile time falls in the untimed first calls).
 
 Large allocations use transparent huge pages (THP_MEM_ALLOC_ENABLE=1, set before torch is
 imported; --no-thp turns it off): otherwise each 64 MiB allocation costs ~16k page faults
@@ -43,8 +45,8 @@ import torch  # noqa: E402
 from neoxlab.compress import make_compressor  # noqa: E402
 
 SPECS = ["none", "fp16", "bf16", "int8", "int4", "mpc", "zfp:rate=8,impl=torch",
-         "zfp:rate=8,impl=zfpy", "zfp:rate=16,impl=torch", "zfp:rate=16,impl=zfpy",
-         "topk:ratio=0.01"]
+         "zfp:rate=8,impl=torch@compile", "zfp:rate=8,impl=zfpy", "zfp:rate=16,impl=torch",
+         "zfp:rate=16,impl=torch@compile", "zfp:rate=16,impl=zfpy", "topk:ratio=0.01"]
 GOALS = {"fp16": 0.5, "bf16": 0.5, "int8": 0.2, "int4": 0.2, "mpc": 0.05}
 
 
@@ -123,15 +125,19 @@ def main() -> int:
           f"; torch {torch.__version__}")
     print(f"# real data: {real['grads'].numel()} gradient and {real['acts'].numel()} "
           "activation values; GB/s of input, ratios vs memcpy timed in the same rounds")
-    head = (f"{'compressor':<22}{'enc':>7}{'dec':>7}{'clone':>7}{'copy_':>7}"
+    head = (f"{'compressor':<32}{'enc':>7}{'dec':>7}{'clone':>7}{'copy_':>7}"
             f"{'enc/cl':>7}{'dec/cl':>7}{'enc/cp':>7}{'dec/cp':>7}"
             f"{'ratio t':>8}{'g':>6}{'a':>6}{'relerr g':>10}{'a':>9}  goal")
     print(head)
     print("-" * (len(head) + 24))
     short = 0
     speeds: dict[str, tuple[float, float]] = {}
-    for spec in args.specs:
+    default_kernels = os.environ.get("NEOXLAB_CODEC_KERNELS", "auto")
+    for entry in args.specs:
+        spec, _, kernels = entry.partition("@")
+        os.environ["NEOXLAB_CODEC_KERNELS"] = kernels or default_kernels
         c = make_compressor(spec)
+        name = c.describe() + (f"@{kernels}" if kernels else "")
         ratios, errs = [], []
         for key in ("grads", "acts"):
             b = c.encode(real[key])
@@ -146,17 +152,17 @@ def main() -> int:
                 [src.clone, lambda d=dst, s=src: d.copy_(s), lambda c=c, s=src: c.encode(s),
                  lambda c=c, b=buf: c.decode(b)], args.repeats, clock)
             enc, dec = gb / t_enc, gb / t_dec
-            speeds[c.describe() + label] = (enc, dec)
+            speeds[name + label] = (enc, dec)
             cl, cp = gb / t_cl, gb / t_cp
             v = verdict(c.name, enc / cl, dec / cl, enc / cp, dec / cp)
             short += "SHORT (" in v
-            print(f"{c.describe() + label:<22}{enc:>7.2f}{dec:>7.2f}{cl:>7.2f}{cp:>7.2f}"
+            print(f"{name + label:<32}{enc:>7.2f}{dec:>7.2f}{cl:>7.2f}{cp:>7.2f}"
                   f"{enc / cl:>7.3f}{dec / cl:>7.3f}{enc / cp:>7.3f}{dec / cp:>7.3f}"
                   f"{src.nbytes / buf.numel():>8.2f}{ratios[0]:>6.2f}{ratios[1]:>6.2f}"
                   f"{errs[0]:>10.2e}{errs[1]:>9.2e}  {v}")
     for key, (enc, dec) in speeds.items():
         if key.startswith("zfp(") and "impl=torch" in key:
-            lib = speeds.get(key.replace("impl=torch", "impl=zfpy"))
+            lib = speeds.get(key.replace("impl=torch", "impl=zfpy").split("@")[0])
             if lib:
                 ok = "PASS" if min(enc / lib[0], dec / lib[1]) >= 1 else "SHORT"
                 print(f"# zfp torch / zfpy, {key}: encode {enc / lib[0]:.2f}x, decode "

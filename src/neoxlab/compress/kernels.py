@@ -3,7 +3,8 @@
 NEOXLAB_CODEC_KERNELS=auto (default): Triton on CUDA tensors when Triton imports, torch
 ops elsewhere; =torch: always torch ops; =triton: always Triton, on CPU tensors too, which
 needs TRITON_INTERPRET=1 (Triton's interpreter; how the tests check the kernels without a
-GPU). Both produce the same bytes.
+GPU); =compile: as auto, but ZFP on CPU tensors runs torch.compile'd coders
+(zfp_compiled.py; minutes of compiling per process, so opt-in). All produce the same bytes.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from types import ModuleType
 
 import torch
 
-CHOICES = ("auto", "torch", "triton")
+CHOICES = ("auto", "torch", "triton", "compile")
 
 
 def choice() -> str:
@@ -28,7 +29,7 @@ def choice() -> str:
 def triton_for(device: torch.device) -> ModuleType | None:
     """The Triton kernel module if tensors on device should use it, else None."""
     mode = choice()
-    if mode == "torch" or (mode == "auto" and device.type != "cuda"):
+    if mode == "torch" or (mode in ("auto", "compile") and device.type != "cuda"):
         return None
     if importlib.util.find_spec("triton") is None:
         if mode == "triton":
@@ -38,3 +39,8 @@ def triton_for(device: torch.device) -> ModuleType | None:
     from neoxlab.compress import triton_kernels
 
     return triton_kernels
+
+
+def compiled_for(device: torch.device) -> bool:
+    """Whether ZFP on device should run the torch.compile'd CPU coders (zfp_compiled.py)."""
+    return device.type == "cpu" and choice() == "compile"

@@ -43,7 +43,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from neoxlab.compress import zfp_torch
+from neoxlab.compress import zfp_compiled, zfp_torch
 from neoxlab.compress.base import (
     FLOAT_DTYPES,
     CompressionConfigError,
@@ -54,7 +54,7 @@ from neoxlab.compress.base import (
     finite_absmax,
     view_as,
 )
-from neoxlab.compress.kernels import triton_for
+from neoxlab.compress.kernels import compiled_for, triton_for
 from neoxlab.compress.registry import register
 
 try:  # the ZFP library: the host implementation and the reference
@@ -138,8 +138,9 @@ class Zfp(Compressor):
         if n4:
             if self.impl_for(flat.device) == "torch":
                 fused = triton_for(flat.device)
-                (fused.zfp_encode if fused else zfp_torch.encode)(
-                    flat[:n4], self.rate, out[:stream_nbytes])
+                coder = (fused.zfp_encode if fused else zfp_compiled.encode
+                         if compiled_for(flat.device) else zfp_torch.encode)
+                coder(flat[:n4], self.rate, out[:stream_nbytes])
             else:
                 _zfpy_encode(self, flat[:n4], out[:stream_nbytes])
         if rest:
@@ -151,8 +152,9 @@ class Zfp(Compressor):
         if n4:
             if self.impl_for(out.device) == "torch":
                 fused = triton_for(out.device)
-                (fused.zfp_decode if fused else zfp_torch.decode)(
-                    payload[:stream_nbytes], self.rate, out[:n4])
+                coder = (fused.zfp_decode if fused else zfp_compiled.decode
+                         if compiled_for(out.device) else zfp_torch.decode)
+                coder(payload[:stream_nbytes], self.rate, out[:n4])
             else:
                 _zfpy_decode(self, payload[:stream_nbytes], out[:n4])
         if rest:
