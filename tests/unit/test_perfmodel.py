@@ -16,7 +16,8 @@ from neoxlab.config.compose import compose_experiment
 from neoxlab.config.profile import CodecProfile, LinkProfile, PerfProfile
 from neoxlab.layout import resolve_layout
 from neoxlab.perfmodel import costs, traffic
-from neoxlab.perfmodel.calibrate import fit_alpha_beta, fit_compute
+from neoxlab.perfmodel.calibrate import fit_compute
+from neoxlab.perfmodel.fit import fit_alpha_beta
 from neoxlab.perfmodel.predict import COMPONENTS, predict
 from neoxlab.perfmodel.resolve import resolve_profile
 from neoxlab.perfmodel.stretch import Load

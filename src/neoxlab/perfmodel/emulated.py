@@ -27,7 +27,7 @@ from neoxlab.config import Config
 from neoxlab.config.compose import compose_experiment
 from neoxlab.config.profile import CodecProfile, LinkProfile, PerfProfile
 from neoxlab.layout import resolve_layout
-from neoxlab.perfmodel.calibrate import fit_alpha_beta
+from neoxlab.perfmodel.fit import fit_alpha_beta
 from neoxlab.perfmodel.predict import Prediction, _predict
 from neoxlab.perfmodel.resolve import resolve_profile
 
