@@ -97,11 +97,7 @@ def exit_rank(code: int) -> NoReturn:
     """End the rank process with `code` once run_rank has returned, skipping the interpreter's
     teardown: every output is closed or flushed by then, and unloading torch, DeepSpeed and
     megatron-core costs each rank 1-2 s of CPU, which 8 ranks on a small machine pay in turn
-    before mpiexec (and the launcher) can see the job end. MPI is finalized first: MPICH's
-    mpiexec kills every other rank of a job when one exits without MPI_Finalize."""
+    before mpiexec (and the launcher) can see the job end."""
     sys.stdout.flush()
     sys.stderr.flush()
-    mpi = sys.modules.get("mpi4py.MPI")
-    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
-        mpi.Finalize()
     os._exit(code)
