@@ -11,7 +11,7 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn, TextIO
+from typing import TextIO
 
 from neoxlab.config import Config
 from neoxlab.files import now
@@ -73,7 +73,6 @@ def run_rank(run_dir: Path, body: RankBody) -> int:
                               **stop.fields)
             rundir.end_attempt(run_dir, PREEMPTED_EXIT, f"preempted: {stop}")
         dist.barrier()  # no rank exits (and gets the others killed) before status is written
-        terminal.flush()  # exit_rank skips the interpreter's own flushing
         return PREEMPTED_EXIT
     except BaseException as exc:  # noqa: BLE001 - any failure must end the whole job
         error = f"{type(exc).__name__}: {exc}"
@@ -89,15 +88,4 @@ def run_rank(run_dir: Path, body: RankBody) -> int:
     if info.rank == 0:
         rundir.set_status(run_dir, rundir.State.COMPLETED, exit_code=0)
         rundir.end_attempt(run_dir, 0, "completed")
-    terminal.flush()  # exit_rank skips the interpreter's own flushing
     return 0
-
-
-def exit_rank(code: int) -> NoReturn:
-    """End the rank process with `code` once run_rank has returned, skipping the interpreter's
-    teardown: every output is closed or flushed by then, and unloading torch, DeepSpeed and
-    megatron-core costs each rank 1-2 s of CPU, which 8 ranks on a small machine pay in turn
-    before mpiexec (and the launcher) can see the job end."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)

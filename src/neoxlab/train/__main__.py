@@ -3,10 +3,9 @@
 import sys
 from pathlib import Path
 
-from neoxlab.run.rankjob import exit_rank
 from neoxlab.train.program import main
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
         sys.exit("usage: python -m neoxlab.train <run_dir>")
-    exit_rank(main(Path(sys.argv[1])))
+    sys.exit(main(Path(sys.argv[1])))
