@@ -40,6 +40,8 @@ adds its own rounding (2^-11 / 2^-8 relative).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 
@@ -83,6 +85,17 @@ def layout(numel: int) -> tuple[int, int, int]:
 def shrinks(rate: int, dtype: torch.dtype) -> bool:
     """Whether ZFP at this rate makes a dtype's values smaller (rate < bits per value)."""
     return rate < 8 * dtype.itemsize
+
+
+def _torch_coders(device: torch.device) -> tuple[Callable, Callable]:
+    """(encode, decode) of our ZFP for tensors on device: Triton kernels, the compiled CPU
+    coders or plain torch ops (kernels.py decides; all write the same bytes)."""
+    fused = triton_for(device)
+    if fused:
+        return fused.zfp_encode, fused.zfp_decode
+    if compiled_for(device):
+        return zfp_compiled.encode, zfp_compiled.decode
+    return zfp_torch.encode, zfp_torch.decode
 
 
 @register("zfp", cid=7)
@@ -137,10 +150,7 @@ class Zfp(Compressor):
         stream_nbytes = 2 * self.rate * nblocks
         if n4:
             if self.impl_for(flat.device) == "torch":
-                fused = triton_for(flat.device)
-                coder = (fused.zfp_encode if fused else zfp_compiled.encode
-                         if compiled_for(flat.device) else zfp_torch.encode)
-                coder(flat[:n4], self.rate, out[:stream_nbytes])
+                _torch_coders(flat.device)[0](flat[:n4], self.rate, out[:stream_nbytes])
             else:
                 _zfpy_encode(self, flat[:n4], out[:stream_nbytes])
         if rest:
@@ -151,10 +161,7 @@ class Zfp(Compressor):
         stream_nbytes = 2 * self.rate * nblocks
         if n4:
             if self.impl_for(out.device) == "torch":
-                fused = triton_for(out.device)
-                coder = (fused.zfp_decode if fused else zfp_compiled.decode
-                         if compiled_for(out.device) else zfp_torch.decode)
-                coder(payload[:stream_nbytes], self.rate, out[:n4])
+                _torch_coders(out.device)[1](payload[:stream_nbytes], self.rate, out[:n4])
             else:
                 _zfpy_decode(self, payload[:stream_nbytes], out[:n4])
         if rest:
