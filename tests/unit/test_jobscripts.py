@@ -152,6 +152,7 @@ def test_job_names_are_sanitized():
     (["cluster.ranks_per_node=8", "cluster.nodes=24"], "more GPUs than a lassen node has"),
     (["cluster.launcher=srun"], "cluster.launcher='srun' does not go with scheduler 'lsf'"),
     (["cluster=slurm", "cluster.mpi=openmpi"], "cluster.mpi='openmpi'"),
+    (["launch.rank_start=spawn"], "launch.rank_start='spawn' is not one of"),
 ])
 def test_bad_cluster_input_is_refused_before_planning(tmp_path, capsys, overrides, needle):
     code = main(["experiment=hybrid_192gpu", *overrides, f"launch.results_dir={tmp_path}"])

@@ -206,6 +206,8 @@ class LaunchConfig:
     master_port: int | None = None
     comm_timeout_s: int | None = None  # a collective waits this long for a peer (null: 30 min)
     results_dir: str = "results"
+    # local ranks: forkserver (fork from one process that imported the stack once) | exec
+    rank_start: str = "forkserver"
     # Testing aids; they fire only in an attempt that starts from step 0 (not on resume).
     fail_rank: int | None = None  # this rank raises at fail_step
     fail_step: int = 1

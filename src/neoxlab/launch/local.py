@@ -21,9 +21,10 @@ from neoxlab.launch.attempt import clear_previous_attempt
 from neoxlab.launch.failure import RankWatch, diagnose
 from neoxlab.launch.ranks import rank_command, rank_env
 from neoxlab.layout import world_size
-from neoxlab.run import rundir
+from neoxlab.run import forkserver, rundir
 from neoxlab.run.progress import LastFrames, child_env
 from neoxlab.run.rankjob import PREEMPTED_EXIT
+from neoxlab.tasks import TASKS
 
 GRACE_S = 10
 POLL_S = 0.2
@@ -47,9 +48,33 @@ def rank_environment(cfg: Config, run_dir: Path) -> dict[str, str]:
     return env
 
 
-def mpiexec_command(cfg: Config, run_dir: Path) -> list[str]:
-    return [mpiexec_path(), "-n", str(world_size(cfg)),
-            *rank_command(cfg, run_dir, sys.executable)]
+def mpiexec_command(cfg: Config, run_dir: Path, server: str | None = None) -> list[str]:
+    """mpiexec starting each rank's program, or (server) a stub that has it forked there."""
+    command = rank_command(cfg, run_dir, sys.executable)
+    if server is not None:
+        python, _, module, *args = command  # python -m <module> <args>
+        command = [python, "-m", "neoxlab.run.forked_rank", server, module, *args]
+    return [mpiexec_path(), "-n", str(world_size(cfg)), *command]
+
+
+def uses_forkserver(cfg: Config) -> bool:
+    """Builtin tasks on plain mpiexec; GPT-NeoX's entry sets up its own interpreter."""
+    return cfg.launch.rank_start == "forkserver" and cfg.engine.name != "neox"
+
+
+@contextlib.contextmanager
+def rank_starter(cfg: Config, run_dir: Path, env: dict[str, str]):
+    """The mpiexec command, with a fork server for its ranks while the job runs."""
+    if not uses_forkserver(cfg):
+        yield mpiexec_command(cfg, run_dir)
+        return
+    address = forkserver.new_address()
+    server = forkserver.start(address, list(TASKS[cfg.task.name].warm_imports), env,
+                              run_dir / "logs" / "forkserver.log")
+    try:
+        yield mpiexec_command(cfg, run_dir, address)
+    finally:
+        forkserver.stop(server)  # with any rank it forked that is still alive
 
 
 def _pump(stream, sinks, captured: list[str]) -> None:
@@ -104,14 +129,21 @@ def launch(cfg: Config, run_dir: Path, cmd: list[str] | None = None,
     """Run the job to its end; status.json ends completed, preempted (exit 85, checkpoint
     saved on SIGUSR1/SIGTERM) or failed (with rank and error). An emulated cluster
     (launch.emulated) passes its own command and environment."""
-    cmd = cmd or mpiexec_command(cfg, run_dir)
+    env = env or rank_environment(cfg, run_dir)
+    if cmd is None:
+        with rank_starter(cfg, run_dir, env) as mpiexec:
+            return _launch(cfg, run_dir, mpiexec, env)
+    return _launch(cfg, run_dir, cmd, env)
+
+
+def _launch(cfg: Config, run_dir: Path, cmd: list[str], env: dict[str, str]) -> int:
     clear_previous_attempt(run_dir)
     captured: list[str] = []
     log = LastFrames((run_dir / "logs" / "launcher.log").open("a"))  # a bar's last frame
     log.write(" ".join(cmd) + "\n")
     started = time.time()
     proc = subprocess.Popen(
-        cmd, env=env or rank_environment(cfg, run_dir), stdout=subprocess.PIPE,
+        cmd, env=env, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )

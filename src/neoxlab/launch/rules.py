@@ -8,6 +8,7 @@ from neoxlab.config import Config, ConfigError
 from neoxlab.launch.jobscript import directive_value
 
 LAUNCHERS = {"local": "mpiexec", "lsf": "jsrun", "slurm": "srun"}
+RANK_STARTS = ("forkserver", "exec")
 SLURM_MPI = ("pmi2", "pmix", "pmi1", "none")
 LSF_WALLTIME = re.compile(r"^(\d+:)?\d+$")  # [HH:]MM
 SLURM_WALLTIME = re.compile(r"^(\d+-)?\d+(:\d{2}){0,2}$|^\d+-\d+$")  # [D-]HH[:MM[:SS]] | MM
@@ -43,6 +44,10 @@ def validate_cluster(cfg: Config) -> list[str]:
                 f"{c.nodes} nodes x {c.gpus_per_node} GPUs = {c.nodes * c.gpus_per_node} GPUs; "
                 "one rank per GPU: lower ranks_per_node or raise cluster.nodes"
             )
+    if cfg.launch.rank_start not in RANK_STARTS:
+        errors.append(f"launch.rank_start='{cfg.launch.rank_start}' is not one of "
+                      f"{list(RANK_STARTS)} (forkserver: ranks forked from one pre-imported "
+                      "process; exec: a fresh interpreter per rank)")
     if c.scheduler == "local":
         return errors
     if not walltime_ok(c.scheduler, c.walltime):

@@ -34,6 +34,8 @@ class Task:
     run: Callable[[Config, list[Config], list[str]], int] | None = None
     member_overrides: tuple[str, ...] = ()  # added when composing a comparison's members
     table: str = "summary.md"  # results/tables/<exp>.<table>, printed after a local run
+    # imported once by the local fork server before it forks the ranks (run/forkserver.py)
+    warm_imports: tuple[str, ...] = ()
 
 
 def _no_rules(cfg: Config, world: int) -> list[str]:
@@ -53,8 +55,10 @@ def _train_files(cfg: Config, layout: Layout, run_dir: Path) -> None:
 
 
 TASKS: dict[str, Task] = {
-    "train": Task(rules=data.rules, rank_module="neoxlab.train", plan=_train_files),
-    "serve": Task(rules=_serve_rules, rank_module="neoxlab.serve", table="serve.csv"),
+    "train": Task(rules=data.rules, rank_module="neoxlab.train", plan=_train_files,
+                  warm_imports=("neoxlab.train.program", "neoxlab.model.pipe", "deepspeed")),
+    "serve": Task(rules=_serve_rules, rank_module="neoxlab.serve", table="serve.csv",
+                  warm_imports=("neoxlab.serve.program",)),
     "microbench": Task(rules=microbench.rules, rank_module="neoxlab.omb.task"),
     "predict": Task(rules=_no_rules, run=predict.run_predict,
                     member_overrides=("task=predict",)),

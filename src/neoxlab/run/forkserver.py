@@ -1,0 +1,193 @@
+"""Rank start-up from one pre-imported process: import torch, DeepSpeed and megatron-core
+once, then fork one process per rank on request.
+
+Why: each rank spends ~8 CPU-s importing that stack before it does anything; eight ranks on
+a 2-core machine wait ~30 s for their first step. Under mpiexec each rank is a small stub
+(run.forked_rank) that hands this server its stdio, its PMI descriptor, its environment and
+working directory; the forked process then runs `python -m <module> <args>` as that rank
+would have. The server tells the stub the rank's pid (the stub forwards signals to it) and,
+once it ends, its exit code or signal (the stub ends the same way, so mpiexec sees the
+rank's own outcome). A rank whose stub dies (mpiexec killing the job) kills itself.
+
+Only stdlib imports here: the stub side (connect) runs in every rank's fresh interpreter.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import runpy
+import selectors
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import traceback
+import uuid
+from pathlib import Path
+
+READY = b"listening\n"
+HEADER = struct.Struct("!I")  # request length, then the JSON request
+MAX_FDS = 8
+
+
+def new_address() -> str:
+    """A name in Linux's abstract Unix socket namespace (see `socket_address`)."""
+    return f"neoxlab-forkserver-{uuid.uuid4().hex}"
+
+
+def socket_address(name: str) -> str:
+    """Abstract namespace: no socket file to clean up, no 108-byte path limit."""
+    return "\0" + name
+
+
+def start(address: str, warm: list[str], env: dict[str, str], log: Path,
+          timeout_s: float = 60.0) -> subprocess.Popen:
+    """Start a server (its own process group) and return once it accepts connections; it
+    imports `warm` after that (requests queue meanwhile) and ends when its stdin closes."""
+    with log.open("a") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "neoxlab.run.forkserver", address, *warm],
+            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=out,
+            start_new_session=True,
+        )
+    ready = threading.Event()
+    threading.Thread(target=lambda: ready.set() if proc.stdout.readline() == READY else None,
+                     daemon=True).start()
+    if not ready.wait(timeout_s):
+        proc.kill()
+        raise RuntimeError(f"the rank fork server did not start within {timeout_s:.0f} s; "
+                           f"see {log}")
+    return proc
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """End the server and every rank it forked that is still alive (its process group)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
+    data, fds, _, _ = socket.recv_fds(conn, 1 << 16, MAX_FDS)
+    while len(data) < HEADER.size:
+        data += conn.recv(1 << 16)
+    (length,) = HEADER.unpack_from(data)
+    body = data[HEADER.size:]
+    while len(body) < length:
+        chunk = conn.recv(1 << 16)
+        if not chunk:
+            raise ConnectionError("the rank stub closed its connection mid-request")
+        body += chunk
+    return json.loads(body), fds
+
+
+def _serve(listener: socket.socket) -> tuple[socket.socket, dict, list[int]]:
+    """Fork a rank per request and report its pid and end to its stub. Returns only in a
+    forked child (which becomes that rank); the server ends when its stdin closes."""
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ, "accept")
+    selector.register(sys.stdin, selectors.EVENT_READ, "stdin")
+    while True:
+        for key, _ in selector.select():
+            if key.data == "stdin":
+                if not os.read(sys.stdin.fileno(), 4096):
+                    sys.exit(0)  # the launcher has gone
+            elif key.data == "accept":
+                conn, _ = listener.accept()
+                try:
+                    request, fds = _receive(conn)
+                except (OSError, ValueError) as exc:
+                    print(f"[neoxlab] fork server: bad request ({exc})", file=sys.stderr)
+                    conn.close()
+                    continue
+                sys.stdout.flush()
+                sys.stderr.flush()
+                pid = os.fork()
+                if pid == 0:
+                    for other in list(selector.get_map().values()):
+                        if other.data not in ("accept", "stdin"):
+                            os.close(other.fd)
+                            other.data[1].close()
+                    selector.close()
+                    listener.close()
+                    return conn, request, fds
+                for fd in fds:
+                    os.close(fd)
+                pidfd = os.pidfd_open(pid)
+                selector.register(pidfd, selectors.EVENT_READ, (pid, conn))
+                _send(conn, f"pid {pid}\n")
+            else:  # a rank ended: its stub ends the same way
+                pid, conn = key.data
+                selector.unregister(key.fd)
+                os.close(key.fd)
+                _, status = os.waitpid(pid, 0)
+                _send(conn, f"exit {os.waitstatus_to_exitcode(status)}\n")
+                conn.close()
+
+
+def _send(conn: socket.socket, line: str) -> None:
+    try:
+        conn.sendall(line.encode())
+    except OSError:  # the stub is gone (killed with its job); its rank kills itself
+        pass
+
+
+def _die_with_stub(conn: socket.socket) -> None:
+    """The stub sends nothing after its request: end of stream means it was killed."""
+    while True:
+        try:
+            if not conn.recv(64):
+                break
+        except OSError:
+            break
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _become_rank(conn: socket.socket, request: dict, fds: list[int]) -> None:
+    """Take over the stub's stdio, PMI descriptor, environment and directory, then run the
+    rank's module as `python -m` would; SystemExit carries its code out of the process."""
+    for target, fd in enumerate(fds[:3]):
+        os.dup2(fd, target)
+        os.close(fd)
+    env = dict(request["env"])
+    if len(fds) > 3:  # hydra's PMI connection, under a new descriptor number
+        os.set_inheritable(fds[3], True)
+        env["PMI_FD"] = str(fds[3])
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(request["cwd"])
+    for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    threading.Thread(target=_die_with_stub, args=(conn,), daemon=True).start()
+    sys.argv = [request["module"], *request["args"]]
+    runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+
+
+def main(argv: list[str]) -> None:
+    address, warm = argv[0], argv[1:]
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(socket_address(address))
+    listener.listen(1024)
+    sys.stdout.buffer.write(READY)
+    sys.stdout.flush()
+    os.dup2(2, 1)  # nobody reads the pipe after READY: later output goes to the log
+    for module in warm:  # a failing import fails again, with its traceback, in the rank
+        try:
+            importlib.import_module(module)
+        except Exception:  # noqa: BLE001
+            traceback.print_exc()
+    if "mpi4py.MPI" in sys.modules:  # MPI_Init ran here: forked ranks would inherit it
+        sys.exit(f"[neoxlab] fork server: warm imports {warm} initialized MPI; "
+                 "import mpi4py.MPI only inside the rank")
+    _become_rank(*_serve(listener))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

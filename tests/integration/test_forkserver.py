@@ -1,0 +1,125 @@
+"""Ranks forked from the fork server behave, for mpiexec, like ranks it started itself:
+rank facts from PMI, argv/cwd/environment of the stub, exit codes and deaths by signal seen
+by mpiexec, stop signals forwarded to the rank, and no rank left once its stub is killed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from neoxlab.launch.local import mpiexec_path
+from neoxlab.run import forkserver
+from tests.conftest import REPO_ROOT
+
+pytestmark = pytest.mark.timeout(120)
+
+TOY = """
+import json, os, signal, sys, threading
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD
+rank = comm.Get_rank()
+mode, out = sys.argv[1], sys.argv[2]
+facts = {"rank": rank, "size": comm.Get_size(), "argv": sys.argv[1:], "cwd": os.getcwd(),
+         "marker": os.environ.get("TOY_MARKER"), "parent": os.getppid()}
+stopped = threading.Event()
+signal.signal(signal.SIGUSR1, lambda *_: stopped.set())
+with open(f"{out}/rank{rank}.json", "w") as f:
+    json.dump(facts, f)
+comm.Barrier()
+if mode == "kill" and rank == 1:
+    os.kill(os.getpid(), signal.SIGKILL)
+if mode == "wait_usr1":
+    stopped.wait(60)
+    open(f"{out}/rank{rank}.stopped", "w").close()
+if mode == "hang":
+    threading.Event().wait()
+comm.Barrier()
+if mode == "exit3" and rank == 1:
+    sys.exit(3)
+"""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    toy_dir = tmp_path_factory.mktemp("toy")
+    (toy_dir / "toy_rank.py").write_text(TOY)
+    env = dict(os.environ, PYTHONPATH=f"{toy_dir}{os.pathsep}{REPO_ROOT / 'src'}")
+    address = forkserver.new_address()
+    proc = forkserver.start(address, ["json"], env, toy_dir / "forkserver.log")
+    yield address, env, proc
+    forkserver.stop(proc)
+
+
+def _job(server, out: Path, mode: str, ranks: int = 2) -> subprocess.Popen:
+    address, env, _ = server
+    out.mkdir(exist_ok=True)
+    cmd = [mpiexec_path(), "-n", str(ranks), sys.executable, "-m", "neoxlab.run.forked_rank",
+           address, "toy_rank", mode, str(out)]
+    return subprocess.Popen(cmd, env=dict(env, TOY_MARKER="from-the-stub"), cwd=out,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+
+
+def _facts(out: Path, ranks: int) -> list[dict]:
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(ranks)]
+
+
+def _until(condition, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.05)
+
+
+def test_ranks_are_the_servers_children_with_the_stubs_facts(server, tmp_path):
+    job = _job(server, tmp_path, "ok", ranks=3)
+    output, _ = job.communicate(timeout=60)
+    assert job.returncode == 0, output
+    facts = _facts(tmp_path, 3)
+    assert sorted(f["rank"] for f in facts) == [0, 1, 2]
+    assert {f["size"] for f in facts} == {3}
+    assert all(f["argv"] == ["ok", str(tmp_path)] for f in facts)
+    assert all(f["cwd"] == str(tmp_path) and f["marker"] == "from-the-stub" for f in facts)
+    assert {f["parent"] for f in facts} == {server[2].pid}  # forked, not started by mpiexec
+
+
+def test_exit_code_reaches_mpiexec(server, tmp_path):
+    job = _job(server, tmp_path, "exit3")
+    output, _ = job.communicate(timeout=60)
+    assert job.returncode == 3, output
+
+
+def test_death_by_signal_reaches_mpiexec(server, tmp_path):
+    job = _job(server, tmp_path, "kill")
+    output, _ = job.communicate(timeout=60)
+    assert job.returncode != 0
+    assert "KILLED BY SIGNAL: 9" in output or "signal 9" in output, output
+
+
+def test_stop_signal_is_forwarded_to_every_rank(server, tmp_path):
+    job = _job(server, tmp_path, "wait_usr1")
+    _until(lambda: all((tmp_path / f"rank{r}.json").exists() for r in range(2)))
+    job.send_signal(signal.SIGUSR1)  # mpiexec hands it to the stubs, they to the ranks
+    output, _ = job.communicate(timeout=60)
+    assert job.returncode == 0, output
+    assert all((tmp_path / f"rank{r}.stopped").exists() for r in range(2))
+
+
+def test_ranks_die_with_their_killed_job(server, tmp_path):
+    job = _job(server, tmp_path, "hang")
+    _until(lambda: all((tmp_path / f"rank{r}.json").exists() for r in range(2)))
+    ranks = psutil.Process(server[2].pid).children()
+    assert len(ranks) == 2
+    os.killpg(job.pid, signal.SIGKILL)  # what the launcher does on timeout
+    job.wait(timeout=30)
+    gone, alive = psutil.wait_procs(ranks, timeout=30)
+    assert not alive, f"ranks outlived their stubs: {[p.pid for p in alive]}"
