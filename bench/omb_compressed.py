@@ -45,7 +45,7 @@ def throughput(specs: list[str], probe_bytes: int) -> dict[str, dict]:
 
     from neoxlab.compress import make_compressor
     from neoxlab.omb.options import DTYPES
-    from neoxlab.omb.validate import Patterns
+    from neoxlab.omb.verify import Patterns
 
     comm = MPI.COMM_WORLD
     pat = Patterns(DTYPES["float"], comm.size, reduction=True, smooth=True)

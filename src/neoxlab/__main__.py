@@ -14,7 +14,7 @@ from neoxlab.launch.emulated import preflight
 from neoxlab.launch.manifest import record_job
 from neoxlab.launch.slurm import local_slurm_refusal
 from neoxlab.launch.submit import submit_from_login
-from neoxlab.neox.validate import check_neox_inputs
+from neoxlab.neox.rules import check_neox_inputs
 from neoxlab.results import figures, tables
 from neoxlab.results.compare import format_table, member_row
 from neoxlab.run.plan import plan_run

@@ -14,6 +14,7 @@ from neoxlab.run.resume import check_resumable
 from neoxlab.run.resume import main as resume_main
 from neoxlab.train import checkpoints
 from neoxlab.train.reporting import keep_metrics_up_to, metrics_up_to
+from neoxlab.train.rules import validate_checkpointing
 
 FIXTURE_RUN = (Path(__file__).parents[1] / "fixtures" / "runs" / "local_compare"
                / "20261201-120000_tp2-pp2-dp2_z1_none")
@@ -113,7 +114,7 @@ def test_bad_checkpoint_settings_are_named(train, launch, needle):
         setattr(cfg.train, key, value)
     for key, value in launch.items():
         setattr(cfg.launch, key, value)
-    errors = checkpoints.validate_checkpointing(cfg, world=8)
+    errors = validate_checkpointing(cfg, world=8)
     assert len(errors) == 1 and needle in errors[0], errors
 
 
@@ -121,7 +122,7 @@ def test_good_checkpoint_settings_pass():
     cfg = Config()
     cfg.train.checkpoint_every, cfg.train.steps = 2, 6
     cfg.launch.kill_during_checkpoint, cfg.launch.kill_rank = 4, 7
-    assert checkpoints.validate_checkpointing(cfg, world=8) == []
+    assert validate_checkpointing(cfg, world=8) == []
 
 
 def write_lines(path: Path, lines: list[str]) -> None:

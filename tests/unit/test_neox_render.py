@@ -7,7 +7,7 @@ import yaml
 from neoxlab.config.compose import compose_experiment
 from neoxlab.layout import resolve_layout
 from neoxlab.neox.render import owned_keys, render_neox_config, to_yaml
-from neoxlab.neox.validate import OWNED_BY
+from neoxlab.neox.rules import OWNED_BY
 from neoxlab.run.plan import plan_run
 
 NEOX_20B = [

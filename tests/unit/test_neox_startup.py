@@ -26,8 +26,8 @@ from neoxlab.neox.local_rank import (
 )
 from neoxlab.neox.outcome import early_exit_error
 from neoxlab.neox.render import render_neox_config
+from neoxlab.neox.rules import validate_neox
 from neoxlab.neox.toolchain import toolchain_problem, torch_cxx_standard
-from neoxlab.neox.validate import validate_neox
 
 # What each launcher exports on the third rank of a node (node-local rank 2).
 LAUNCHER_ENVS = {

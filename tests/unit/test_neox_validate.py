@@ -8,7 +8,7 @@ from neoxlab.__main__ import main
 from neoxlab.config import ConfigError
 from neoxlab.config.check import check, problems
 from neoxlab.config.compose import compose_experiment
-from neoxlab.neox.validate import check_neox_dir, check_neox_inputs, validate_neox
+from neoxlab.neox.rules import check_neox_dir, check_neox_inputs, validate_neox
 
 GOOD = [
     "engine=neox", "cluster.neox_dir=/gpfs/me/gpt-neox",

@@ -23,7 +23,7 @@ from neoxlab.omb.options import (
     parse_args,
 )
 from neoxlab.omb.report import busbw_factor, format_rows, make_row
-from neoxlab.omb.validate import Patterns
+from neoxlab.omb.verify import Patterns
 
 
 def parse_osu(text: str) -> tuple[list[str], list[list[str]]]:

@@ -13,7 +13,7 @@ from neoxlab.config import ConfigError, to_dict
 from neoxlab.config.compose import compose_experiment
 from neoxlab.results import figures
 from neoxlab.results import tables as collect
-from neoxlab.serve.validate import check_serve
+from neoxlab.serve.rules import check_serve
 from tests.serve_runs import write_serve_run
 
 TOTALS = {20.0: {"fused": 0.5, "fused_noreorder": 0.6, "sequential": 2.0},

@@ -12,13 +12,13 @@ from collections.abc import Callable
 
 from neoxlab import layout
 from neoxlab.comm.group_backends import validate_group_backends
-from neoxlab.comm.policy import validate_compression
+from neoxlab.comm.rules import validate_compression
 from neoxlab.config import Config, ConfigError
 from neoxlab.files import disk_full
 from neoxlab.launch.rules import validate_cluster
-from neoxlab.neox.validate import validate_neox
+from neoxlab.neox.rules import validate_neox
 from neoxlab.tasks import TASKS
-from neoxlab.train.checkpoints import validate_checkpointing
+from neoxlab.train.rules import validate_checkpointing
 
 
 def problems(cfg: Config) -> list[str]:

@@ -24,7 +24,7 @@ import numpy as np
 
 from .context import Ctx
 from .timing import Op
-from .validate import SMOOTH_PERIOD, matches
+from .verify import SMOOTH_PERIOD, matches
 
 ROOT = 0
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from .buffers import BufferKind
 from .options import DType, OmbOptions
-from .validate import Patterns
+from .verify import Patterns
 
 
 @dataclass

@@ -26,7 +26,7 @@ from .options import (
 )
 from .report import Row, make_row
 from .timing import Op, measure
-from .validate import Patterns
+from .verify import Patterns
 
 GPU_BUFFERS = ("cuda", "cupy", "numba")
 

@@ -3,6 +3,6 @@
 Import-light: `validate_serve` is imported by the layout checks before anything starts.
 """
 
-from neoxlab.serve.validate import check_serve, validate_serve
+from neoxlab.serve.rules import check_serve, validate_serve
 
 __all__ = ["check_serve", "validate_serve"]

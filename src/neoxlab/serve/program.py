@@ -19,10 +19,10 @@ from neoxlab.run.progress import Progress
 from neoxlab.run.rankjob import run_rank
 from neoxlab.serve.distributed import init_model_parallel
 from neoxlab.serve.hf_cb import CBSizing
+from neoxlab.serve.rules import check_serve
 from neoxlab.serve.runner import Runner, RunSettings, ratios
 from neoxlab.serve.scheduler import Control, Sampling
 from neoxlab.serve.stats import format_table
-from neoxlab.serve.validate import check_serve
 from neoxlab.serve.weights import build_serve_model
 from neoxlab.serve.workload import WorkloadSpec, make_workload, trace_json
 

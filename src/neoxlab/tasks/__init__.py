@@ -18,9 +18,9 @@ from neoxlab.neox.render import write_neox_yml
 from neoxlab.omb import task as microbench
 from neoxlab.perfmodel import task as predict
 from neoxlab.run import rundir
-from neoxlab.serve.validate import validate_serve
-from neoxlab.train import data
+from neoxlab.serve.rules import validate_serve
 from neoxlab.train.deepspeed_config import render as render_deepspeed
+from neoxlab.train.rules import validate_data
 
 Rules = Callable[[Config, int], list[str]]  # (config, world size) -> every violated rule
 
@@ -55,7 +55,7 @@ def _train_files(cfg: Config, layout: Layout, run_dir: Path) -> None:
 
 
 TASKS: dict[str, Task] = {
-    "train": Task(rules=data.rules, rank_module="neoxlab.train", plan=_train_files,
+    "train": Task(rules=validate_data, rank_module="neoxlab.train", plan=_train_files,
                   warm_imports=("neoxlab.train.program", "neoxlab.model.pipe", "deepspeed")),
     "serve": Task(rules=_serve_rules, rank_module="neoxlab.serve", table="serve.csv",
                   warm_imports=("neoxlab.serve.program",)),

@@ -17,7 +17,6 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from neoxlab.config import Config
 from neoxlab.files import now
 from neoxlab.run import rundir
 
@@ -59,7 +58,7 @@ class Checkpoint:
         return self.problem is None
 
 
-def manifest(path: Path) -> dict[str, int]:
+def file_sizes(path: Path) -> dict[str, int]:
     """Every file of a checkpoint (relative path -> bytes), the marker and temp files aside."""
     files = {}
     for file in sorted(path.rglob("*")):
@@ -71,7 +70,7 @@ def manifest(path: Path) -> dict[str, int]:
 def write_marker(path: Path, step: int, world_size: int) -> None:
     """Commit a checkpoint: only call once every rank has finished writing its files."""
     rundir.write_json(path / MARKER, {
-        "step": step, "world_size": world_size, "files": manifest(path),
+        "step": step, "world_size": world_size, "files": file_sizes(path),
         "time": now(),
     })
 
@@ -144,33 +143,3 @@ def prune(run_dir: Path, keep: int) -> list[Path]:
         shutil.rmtree(c.path, ignore_errors=True)
         removed.append(c.path)
     return removed
-
-
-def validate_checkpointing(cfg: Config, world: int) -> list[str]:
-    """Checkpoint settings and their testing aids; each problem names value, rule and fix."""
-    t, launch = cfg.train, cfg.launch
-    errors = []
-    if t.checkpoint_every < 0:
-        errors.append(
-            f"train.checkpoint_every={t.checkpoint_every} is negative; use 0 (no periodic "
-            "checkpoints) or a number of steps between checkpoints"
-        )
-    if t.keep_checkpoints < 1:
-        errors.append(
-            f"train.keep_checkpoints={t.keep_checkpoints} must be >= 1: resuming needs the "
-            "newest complete checkpoint; use 1 or more"
-        )
-    k = launch.kill_during_checkpoint
-    if k is not None:
-        every = t.checkpoint_every
-        if every <= 0 or k < 1 or k % every or k > t.steps:
-            errors.append(
-                f"launch.kill_during_checkpoint={k} is not a checkpoint step (multiples of "
-                f"train.checkpoint_every={every} up to train.steps={t.steps}); pick one of them"
-            )
-        if not 0 <= launch.kill_rank < world:
-            errors.append(
-                f"launch.kill_rank={launch.kill_rank} is not a rank of the {world}-rank job; "
-                f"use 0..{world - 1}"
-            )
-    return errors

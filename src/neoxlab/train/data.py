@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from neoxlab.config import Config, DataConfig
+from neoxlab.config import DataConfig
 
 
 def corpus_files(cfg: DataConfig) -> list[Path]:
@@ -24,37 +24,6 @@ def corpus_files(cfg: DataConfig) -> list[Path]:
     if not path.is_file():
         raise FileNotFoundError(f"data.path={path} does not exist; give a text file or folder")
     return [path]
-
-
-def rules(cfg: Config, world: int) -> list[str]:
-    """A local builtin training run's data.path exists, is readable and holds two windows,
-    checked before any rank starts (engine=neox's data prefix: neox/validate.py)."""
-    d = cfg.data
-    if cfg.engine.name != "builtin" or d.source != "file" or not d.path:
-        return []  # data.source and a missing data.path are layout.validate's rules
-    if cfg.cluster.scheduler != "local":
-        return []  # the path is on the cluster; the ranks check it there
-    path, need = Path(str(d.path)).expanduser(), 2 * cfg.model.seq_length + 1
-    fix = f"give a readable text file or folder of at least {need} bytes"
-    if not path.exists():
-        return [f"data.path={path} does not exist; {fix}"]
-    try:
-        files = corpus_files(d)
-        size = 0
-        for file in files:
-            with file.open("rb") as f:  # opened, not stat-ed: a permission problem shows here
-                size += len(f.read(max(0, min(need, d.max_bytes) - size)))
-    except OSError as exc:
-        return [f"data.path={path} cannot be read ({exc.strerror}: {exc.filename}); {fix}"]
-    if size == 0:
-        return [f"data.path={path} is empty; {fix}"]
-    usable = min(size, d.max_bytes)
-    if usable < need:
-        return [
-            f"data.path={path} gives {usable} bytes (data.max_bytes={d.max_bytes}), fewer than "
-            f"two windows of model.seq_length={cfg.model.seq_length} need ({need}); {fix}"
-        ]
-    return []
 
 
 def load_bytes(cfg: DataConfig) -> torch.Tensor:

@@ -1,0 +1,138 @@
+"""Compression config rules (scheme, dimensions, codecs, the MPI library's own compression),
+checked before anything starts; each problem names the value, the rule and the fix."""
+
+from __future__ import annotations
+
+import torch
+
+from neoxlab.comm.policy import GROUP_OF, communication_dtype
+from neoxlab.compress import CompressionConfigError, available, make_compressor
+from neoxlab.config import COMPRESSIBLE_DIMS, Config
+
+DIMS = COMPRESSIBLE_DIMS  # "other" (control traffic) is never compressed
+BACKENDS = ("framework", "mpi")
+ALLREDUCE = ("auto", "alltoall", "allgather")
+COMM_DTYPES = ("fp32", "fp16", "bf16")
+MPI_ALGORITHMS = ("zfp", "mpc")
+_HALF = {"fp16": torch.float16, "bf16": torch.bfloat16}
+MPI_LIBRARIES = ("mpich", "openmpi", "spectrum", "mvapich2-gdr", "mvapich-plus")
+COMPRESSING_LIBRARIES = ("mvapich-plus",)  # MPIR_CVAR_ENABLE_COMPRESSION & co.
+
+
+def validate_compression(cfg: Config) -> list[str]:
+    """Every problem of the scheme, each naming the value, the rule and the fix."""
+    c = cfg.compression
+    errors: list[str] = []
+    if c.backend not in BACKENDS:
+        errors.append(f"compression.backend='{c.backend}' is not one of {list(BACKENDS)}")
+    if c.allreduce not in ALLREDUCE:
+        errors.append(f"compression.allreduce='{c.allreduce}' is not one of {list(ALLREDUCE)}")
+    if c.communication_dtype is not None and c.communication_dtype not in COMM_DTYPES:
+        errors.append(f"compression.communication_dtype='{c.communication_dtype}' is not one "
+                      f"of {list(COMM_DTYPES)}; or null for the training precision")
+    for dim, d in c.dims.items():
+        where = f"compression.dims.{dim}"
+        if dim not in DIMS:
+            errors.append(
+                f"{where}: unknown dimension '{dim}'; compressible dimensions are {list(DIMS)} "
+                "(control traffic, 'other', is never compressed)"
+            )
+            continue
+        if d.min_bytes < 0:
+            errors.append(f"{where}.min_bytes={d.min_bytes} is negative; use 0 or more bytes")
+        if d.compressor not in available():
+            errors.append(
+                f"{where}.compressor='{d.compressor}' is unknown; choose one of {available()}"
+            )
+            continue
+        try:
+            comp = make_compressor({"name": d.compressor, **d.params})
+        except CompressionConfigError as exc:
+            errors.append(f"{where}: {exc}")
+            continue
+        if d.lossless_only and not comp.lossless:
+            errors.append(
+                f"{where}.compressor='{comp.describe()}' is lossy but {dim} is marked "
+                "lossless_only; use a lossless compressor (mpc, none) or drop lossless_only"
+            )
+        # the paper's named schemes keep their published rates (ZHybrid's rate 24 on fp16
+        # TP/PP is sent raw, skipped before encoding and counted); a custom one is refused
+        half = _HALF.get(cfg.train.precision)
+        if (c.scheme == "custom" and half is not None and dim in ("tp", "pp")
+                and comp.name != "none" and comp.shrinks(half) is False):
+            errors.append(
+                f"{where}.compressor='{comp.describe()}' cannot shrink {dim} traffic: with "
+                f"train.precision={cfg.train.precision} its activations are "
+                f"{cfg.train.precision} and would all be sent raw; use a smaller rate (zfp "
+                "rate < 16), int8/int4, mpc or none on this dimension"
+            )
+        if d.error_feedback and (dim != "dp" or comp.lossless):
+            errors.append(
+                f"{where}.error_feedback=true applies to lossy dp gradients only; "
+                "set it to false here"
+            )
+    if cfg.cluster.mpi_library not in MPI_LIBRARIES:
+        errors.append(f"cluster.mpi_library='{cfg.cluster.mpi_library}' is not one of "
+                      f"{list(MPI_LIBRARIES)}; name the library the ranks run on")
+    if c.backend == "mpi":
+        errors += _validate_mpi(cfg)
+    return errors
+
+
+
+
+def _setting(d) -> tuple[str, tuple] | None:
+    return None if d is None or d.compressor == "none" else (
+        d.compressor, tuple(sorted(d.params.items())))
+
+
+def _validate_mpi(cfg: Config) -> list[str]:
+    """compression.backend=mpi: the MPI library compresses what runs on MPI groups. Refused
+    unless it really can, so a run is never uncompressed under a compressed label."""
+    c, library = cfg.compression, cfg.cluster.mpi_library
+    compressed = {dim: d for dim, d in c.dims.items() if d.compressor != "none"}
+    if not compressed:
+        return []
+    errors = []
+    bad = sorted({d.compressor for d in compressed.values()} - set(MPI_ALGORITHMS))
+    if bad:
+        errors.append(f"compression.backend=mpi supports only {list(MPI_ALGORITHMS)}, "
+                      f"not {bad}; use those or compression.backend=framework")
+    if library not in COMPRESSING_LIBRARIES:
+        errors.append(
+            f"compression.backend=mpi needs an MPI library that compresses on the fly, but "
+            f"cluster.mpi_library='{library}' has none (only {list(COMPRESSING_LIBRARIES)}); "
+            "use compression.backend=framework (neoxlab's codecs, also on MPI groups with "
+            "engine.group_backends.dp=mpi) or a cluster running mvapich-plus")
+    payload = communication_dtype(cfg)
+    if "dp" in compressed and payload != "fp32":
+        errors.append(
+            f"compression.backend=mpi: the MPI library compresses FLOAT (fp32) data only, but "
+            f"DP gradients travel as {payload} (train.precision={cfg.train.precision}, "
+            f"compression.communication_dtype={c.communication_dtype}); set "
+            "compression.communication_dtype=fp32 (the paper's fp32 payloads)")
+    on_mpi = {g for g, b in cfg.engine.group_backends.items() if b == "mpi"}
+    for dim in sorted(compressed):
+        if compressed[dim].error_feedback:
+            errors.append(f"compression.dims.{dim}.error_feedback=true needs compression."
+                          "backend=framework (the MPI library keeps no residual); set it to "
+                          "false or use the framework backend")
+        group = GROUP_OF.get(dim)
+        if group is not None and group not in on_mpi:
+            fix = (f"set engine.group_backends.{group}=mpi or " if group != "pp" else "")
+            errors.append(
+                f"compression.dims.{dim} is to be compressed by the MPI library, but {dim} "
+                f"traffic runs on backend '{cfg.engine.backend}', not MPI; {fix}set "
+                f"compression.dims.{dim}.compressor=none")
+    # the library's switches are global: one setting for everything on MPI groups
+    settings = {dim: _setting(c.dims.get(dim)) for dim, group in GROUP_OF.items()
+                if group in on_mpi}
+    if len(set(settings.values())) > 1:
+        shown = ", ".join(f"{dim}={s[0] + str(dict(s[1])) if s else 'none'}"
+                          for dim, s in sorted(settings.items()))
+        errors.append(
+            f"compression.backend=mpi: the MPI library's switches are global, so every "
+            f"dimension on MPI groups gets one setting, but they differ ({shown}); give "
+            "them the same compressor and params, or move the others off MPI "
+            "(engine.group_backends)")
+    return errors
