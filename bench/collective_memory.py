@@ -11,7 +11,7 @@ reported: median ms of each, and the largest peak extra resident memory over the
 (neoxlab.comm.memprobe) as a multiple of the message, next to the layout's bound
 (neoxlab.comm_scratch.scratch_bytes). Each backend is a group over every rank: gloo, and
 mpi = neoxlab.comm.mpi_group (torch process group over mpi4py: MPI_Allreduce for plain, the
-same all-to-all/all-gather for compressed). Run it under the machine mutex: /work/heavy.
+same all-to-all/all-gather for compressed).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ some rates (experiment emulated_omb), the codecs timed again, then every sweep p
 predicted; points at rates the omb fits did not use are held out. No training run is
 fitted: compute and overheads come from the local profile (neoxlab.perfmodel.emulated).
 
-    /work/heavy .venv/bin/python bench/emulated_model.py --measure   # omb runs, ~2 min
+    .venv/bin/python bench/emulated_model.py --measure   # omb runs, ~2 min
     .venv/bin/python bench/emulated_model.py                         # reuse the omb runs
 
 Writes results/tables/emulated_sweep.{model,curves,crossover}.csv and

@@ -3,8 +3,8 @@ TFLOPS/GPU per scheme, gain over baseline, the measured communication share of a
 what the uplinks carried; every point is one run of experiment emulated_sweep.
 
 Needs root + iproute2; run it alone (it is heavy, about 15 minutes with the defaults):
-    /work/heavy .venv/bin/python bench/emulated_sweep.py --rates none 1000 200 40 10
-    /work/heavy .venv/bin/python bench/emulated_sweep.py --layout 4x1 --rates none 40
+    .venv/bin/python bench/emulated_sweep.py --rates none 1000 200 40 10
+    .venv/bin/python bench/emulated_sweep.py --layout 4x1 --rates none 40
 Appends to results/tables/emulated_sweep.sweep.csv (a row per layout, rate and scheme; a
 point measured again replaces its row), then `make figures EXP=emulated_sweep` draws it.
 

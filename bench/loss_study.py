@@ -2,8 +2,8 @@
 train.seed varies the initialisation), then the verdict: does a scheme's mean loss leave
 the baseline's seed band (min..max over seeds) over the last half of training?
 
-    /work/heavy .venv/bin/python bench/loss_study.py                  # 4 schemes x 3 seeds
-    /work/heavy .venv/bin/python bench/loss_study.py --model neox_small --steps 300
+    .venv/bin/python bench/loss_study.py                  # 4 schemes x 3 seeds
+    .venv/bin/python bench/loss_study.py --model neox_small --steps 300
     .venv/bin/python bench/loss_study.py --steps 120 --from-runs     # re-read finished runs
 
 Writes results/tables/loss_study.curves.csv (scheme, seed, step, loss, smoothed loss) and

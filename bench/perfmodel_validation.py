@@ -2,7 +2,7 @@
 measured step time of local layouts it was not fitted on (different tp/pp/dp, micro-batch,
 model, rank count and compression scheme); prints the error of each (goal: within 20 %).
 
-    /work/heavy .venv/bin/python bench/perfmodel_validation.py     # about 5 minutes
+    .venv/bin/python bench/perfmodel_validation.py     # about 5 minutes
 
 A benchmark, not a test: its numbers depend on how loaded the machine is. The test suite
 keeps the model's deterministic checks (tests/unit/test_perfmodel.py).

@@ -1,12 +1,15 @@
 """Time from `python -m neoxlab experiment=local_3d` to the first training step, by phase.
 
-    python bench/startup.py [--quick] [--rounds 2] [--steps 30]
+    python bench/startup.py [--vary rank_start|wandb] [--quick] [--rounds 2] [--steps 30]
 
 Why: `make run` is the researcher's inner loop; start-up dominates short local runs, and
 the phases say where to cut. After one untimed warm-up run (page cache), each round runs
-the real entry point twice, back to back (wandb disabled and wandb offline, the default;
-the order alternates by round), so their difference is wandb's start-up cost under the
-same machine load. Phases, all wall clock on this host:
+the real entry point twice, back to back, in two modes (the order alternates by round), so
+their difference is the cost of one choice under the same machine load:
+  --vary rank_start  ranks exec'd (a fresh interpreter each) vs forked from the fork server
+                     (launch.rank_start; wandb disabled in both)
+  --vary wandb       wandb disabled vs offline (the default)
+Phases, all wall clock on this host:
 
   compose+plan   process start -> "[neoxlab] run dir:" printed (Python, imports, Hydra
                  compose, validation, run dir with frozen configs and provenance)
@@ -33,15 +36,20 @@ from pathlib import Path
 
 from neoxlab.run import rundir
 
-MODES = ("disabled", "offline")
+MODES = {
+    "rank_start": {"exec": ["launch.rank_start=exec", "logger.wandb=disabled"],
+                   "forkserver": ["launch.rank_start=forkserver", "logger.wandb=disabled"]},
+    "wandb": {"disabled": ["logger.wandb=disabled"], "offline": ["logger.wandb=offline"]},
+}
 RUN_DIR_PREFIX = "[neoxlab] run dir: "
 
 
-def run_once(steps: int, wandb: str, results: Path, timeout: int) -> dict[str, float]:
+def run_once(steps: int, overrides: list[str], results: Path,
+             timeout: int) -> dict[str, float]:
     """Run the entry point once; phase times in seconds and steady samples/s."""
     cmd = [sys.executable, "-m", "neoxlab", "experiment=local_3d", f"train.steps={steps}",
-           f"logger.wandb={wandb}", f"launch.results_dir={results}"]
-    log = results / f"bench-{wandb}-{time.time():.0f}.log"
+           *overrides, f"launch.results_dir={results}"]
+    log = results / f"bench-{time.time():.3f}.log"
     t0 = time.time()
     with log.open("w") as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
@@ -72,6 +80,8 @@ def run_once(steps: int, wandb: str, results: Path, timeout: int) -> dict[str, f
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--vary", choices=list(MODES), default="rank_start",
+                    help="the choice compared (default: rank_start)")
     ap.add_argument("--quick", action="store_true", help="1 round of 10 steps")
     ap.add_argument("--rounds", type=int, default=2, help="rounds (each runs every mode)")
     ap.add_argument("--steps", type=int, default=30, help="training steps per run")
@@ -86,31 +96,33 @@ def main() -> int:
     results.mkdir(parents=True, exist_ok=True)
     print(f"[bench] reproduce: python bench/startup.py {' '.join(sys.argv[1:])}".rstrip())
     print(f"[bench] run dirs under {results}", flush=True)
+    modes = MODES[args.vary]
+    names = list(modes)
     if not args.no_warmup:  # untimed: fills the page cache, so round 1 is not the cold one
-        run_once(2, "disabled", results, args.timeout)
-    runs: dict[str, list[dict[str, float]]] = {m: [] for m in MODES}
+        run_once(2, modes[names[0]], results, args.timeout)
+    runs: dict[str, list[dict[str, float]]] = {m: [] for m in names}
     for r in range(args.rounds):
-        for mode in MODES if r % 2 == 0 else MODES[::-1]:  # ABBA: drift hits both modes
-            runs[mode].append(run_once(args.steps, mode, results, args.timeout))
+        for mode in names if r % 2 == 0 else names[::-1]:  # ABBA: drift hits both modes
+            runs[mode].append(run_once(args.steps, modes[mode], results, args.timeout))
             total = runs[mode][-1]["total"]
-            print(f"[bench] round {r + 1} wandb={mode}: first step done at {total:.1f} s",
+            print(f"[bench] round {r + 1} {args.vary}={mode}: first step done at {total:.1f} s",
                   flush=True)
-    keys = list(runs[MODES[0]][0])
-    med = {m: {k: statistics.median(x[k] for x in runs[m]) for k in keys} for m in MODES}
+    keys = list(runs[names[0]][0])
+    med = {m: {k: statistics.median(x[k] for x in runs[m]) for k in keys} for m in names}
+    a, b = names
     print(f"\nstart-up of local_3d (8 ranks, TP2 PP2 DP2, ZeRO-1), {args.steps} steps, median "
           f"of {args.rounds} round(s), modes interleaved")
-    print(f"{'phase':14s} " + " ".join(f"{'wandb=' + m:>15s}" for m in MODES)
-          + f" {'offline - dis.':>15s}")
+    print(f"{'phase':14s} " + " ".join(f"{args.vary + '=' + m:>22s}" for m in names)
+          + f" {b + ' - ' + a:>22s}")
     for k in keys:
         unit = "" if k == "samples/s" else " s"
-        cells = " ".join(f"{med[m][k]:13.2f}{unit:2s}" for m in MODES)
-        diff = med["offline"][k] - med["disabled"][k]
-        print(f"{k:14s} {cells} {diff:+13.2f}{unit:2s}")
-    share = med["disabled"]["compose+plan"] / med["disabled"]["total"]
-    for m in MODES:
+        cells = " ".join(f"{med[m][k]:20.2f}{unit:2s}" for m in names)
+        print(f"{k:14s} {cells} {med[b][k] - med[a][k]:+20.2f}{unit:2s}")
+    for m in names:
         totals = " ".join(f"{x['total']:.1f}" for x in runs[m])
-        print(f"time to first step, each run, wandb={m}: {totals} s")
-    print(f"compose+plan is {100 * share:.0f} % of the time to the first step (wandb disabled)")
+        print(f"time to first step, each run, {args.vary}={m}: {totals} s")
+    ratio = med[a]["total"] / med[b]["total"]
+    print(f"time to first step, {a} / {b}: {ratio:.2f}x")
     return 0
 
 

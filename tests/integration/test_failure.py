@@ -58,13 +58,14 @@ def _wait_for_training(results_dir, launcher, timeout=180):
 
 
 def _rank_process(run_dir, rank):
-    for proc in processes_of(run_dir):
-        try:
-            if "neoxlab.train" in proc.cmdline() and proc.environ().get("PMI_RANK") == str(rank):
-                return proc
-        except psutil.NoSuchProcess:
-            continue
-    pytest.fail(f"rank {rank} process not found")
+    """The rank's own process, from the pid it recorded (forked or exec'd alike)."""
+    pid_file = run_dir / "logs" / f"rank{rank}.pid"
+    try:
+        proc = psutil.Process(int(pid_file.read_text()))
+        assert "neoxlab.train" in proc.cmdline(), proc.cmdline()
+        return proc
+    except (FileNotFoundError, psutil.NoSuchProcess):
+        pytest.fail(f"rank {rank} process not found")
 
 
 def test_killed_rank_fails_the_job_within_bound(results_dir):

@@ -56,7 +56,7 @@ def server(tmp_path_factory):
     address = forkserver.new_address()
     proc = forkserver.start(address, ["json"], env, toy_dir / "forkserver.log")
     yield address, env, proc
-    forkserver.stop(proc)
+    forkserver.stop(proc, address)
 
 
 def _job(server, out: Path, mode: str, ranks: int = 2) -> subprocess.Popen:

@@ -9,13 +9,11 @@ byte between nodes crosses the shaped uplinks.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from neoxlab.config import Config, ConfigError
 from neoxlab.files import REPO_ROOT
 from neoxlab.launch import local
-from neoxlab.launch.ranks import rank_command
 from neoxlab.layout import world_size
 from neoxlab.netem import cluster
 from neoxlab.netem.topology import RANK_IF, Topology, problems
@@ -41,11 +39,13 @@ def preflight(cfg: Config) -> None:
         raise ConfigError("; ".join(found))
 
 
-def mpiexec_command(cfg: Config, run_dir: Path, topo: Topology) -> list[str]:
+def mpiexec_command(cfg: Config, run_dir: Path, topo: Topology, server: str | None) -> list[str]:
+    """Ranks (or their fork-server stubs, which the forked ranks follow into the namespace)
+    started in their emulated nodes' namespaces."""
     hosts = ",".join(f"{topo.node_host(k)}:{topo.ranks_per_node}" for k in range(topo.nodes))
     return [local.mpiexec_path(), "-launcher", "ssh", "-launcher-exec", str(PROXY),
             "-hosts", hosts, "-n", str(world_size(cfg)),
-            "sh", str(RANK), topo.prefix, *rank_command(cfg, run_dir, sys.executable)]
+            "sh", str(RANK), topo.prefix, *local.rank_program(cfg, run_dir, server)]
 
 
 def environment(cfg: Config, run_dir: Path) -> dict[str, str]:
@@ -62,7 +62,8 @@ def launch(cfg: Config, run_dir: Path) -> int:
     topo = topology(cfg)
     with cluster.running(topo, keep=cfg.cluster.emulated.keep):
         before = cluster.uplink_counters(topo)
-        code = local.launch(cfg, run_dir, mpiexec_command(cfg, run_dir, topo),
+        code = local.launch(cfg, run_dir,
+                            lambda server: mpiexec_command(cfg, run_dir, topo, server),
                             environment(cfg, run_dir))
         after = cluster.uplink_counters(topo)
         down = cluster.down_links(topo)

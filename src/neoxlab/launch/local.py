@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from neoxlab.config import Config
@@ -48,13 +49,18 @@ def rank_environment(cfg: Config, run_dir: Path) -> dict[str, str]:
     return env
 
 
-def mpiexec_command(cfg: Config, run_dir: Path, server: str | None = None) -> list[str]:
-    """mpiexec starting each rank's program, or (server) a stub that has it forked there."""
+def rank_program(cfg: Config, run_dir: Path, server: str | None) -> list[str]:
+    """What mpiexec starts per rank: the rank's program, or (server) a stub that has the fork
+    server run it."""
     command = rank_command(cfg, run_dir, sys.executable)
-    if server is not None:
-        python, _, module, *args = command  # python -m <module> <args>
-        command = [python, "-m", "neoxlab.run.forked_rank", server, module, *args]
-    return [mpiexec_path(), "-n", str(world_size(cfg)), *command]
+    if server is None:
+        return command
+    python, _, module, *args = command  # python -m <module> <args>
+    return [python, "-m", "neoxlab.run.forked_rank", server, module, *args]
+
+
+def mpiexec_command(cfg: Config, run_dir: Path, server: str | None) -> list[str]:
+    return [mpiexec_path(), "-n", str(world_size(cfg)), *rank_program(cfg, run_dir, server)]
 
 
 def uses_forkserver(cfg: Config) -> bool:
@@ -63,18 +69,18 @@ def uses_forkserver(cfg: Config) -> bool:
 
 
 @contextlib.contextmanager
-def rank_starter(cfg: Config, run_dir: Path, env: dict[str, str]):
-    """The mpiexec command, with a fork server for its ranks while the job runs."""
+def rank_server(cfg: Config, run_dir: Path, env: dict[str, str]) -> Iterator[str | None]:
+    """A fork server's address while the job runs (None: ranks start as fresh processes)."""
     if not uses_forkserver(cfg):
-        yield mpiexec_command(cfg, run_dir)
+        yield None
         return
     address = forkserver.new_address()
     server = forkserver.start(address, list(TASKS[cfg.task.name].warm_imports), env,
                               run_dir / "logs" / "forkserver.log")
     try:
-        yield mpiexec_command(cfg, run_dir, address)
+        yield address
     finally:
-        forkserver.stop(server)  # with any rank it forked that is still alive
+        forkserver.stop(server, address)  # with any rank it forked that is still alive
 
 
 def _pump(stream, sinks, captured: list[str]) -> None:
@@ -124,16 +130,18 @@ def forward_stop_signals(proc: subprocess.Popen):
             signal.signal(sig, handler)
 
 
-def launch(cfg: Config, run_dir: Path, cmd: list[str] | None = None,
+def launch(cfg: Config, run_dir: Path,
+           command: Callable[[str | None], list[str]] | None = None,
            env: dict[str, str] | None = None) -> int:
     """Run the job to its end; status.json ends completed, preempted (exit 85, checkpoint
     saved on SIGUSR1/SIGTERM) or failed (with rank and error). An emulated cluster
-    (launch.emulated) passes its own command and environment."""
+    (launch.emulated) passes its own command (given the fork server's address) and
+    environment."""
     env = env or rank_environment(cfg, run_dir)
-    if cmd is None:
-        with rank_starter(cfg, run_dir, env) as mpiexec:
-            return _launch(cfg, run_dir, mpiexec, env)
-    return _launch(cfg, run_dir, cmd, env)
+    with rank_server(cfg, run_dir, env) as server:
+        if command is None:
+            return _launch(cfg, run_dir, mpiexec_command(cfg, run_dir, server), env)
+        return _launch(cfg, run_dir, command(server), env)
 
 
 def _launch(cfg: Config, run_dir: Path, cmd: list[str], env: dict[str, str]) -> int:

@@ -14,7 +14,7 @@ import signal
 import socket
 import sys
 
-from neoxlab.run.forkserver import HEADER, socket_address
+from neoxlab.run.forkserver import HEADER
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP)
 
@@ -54,7 +54,7 @@ def main(argv: list[str]) -> None:
         signal.signal(sig, forward)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        sock.connect(socket_address(address))
+        sock.connect(address)
         _request(sock, module, args)
     except OSError as exc:
         sys.exit(f"[neoxlab] rank stub: the fork server at {address!r} is not reachable "

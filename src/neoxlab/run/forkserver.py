@@ -14,6 +14,8 @@ Only stdlib imports here: the stub side (connect) runs in every rank's fresh int
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import importlib
 import json
 import os
@@ -24,6 +26,7 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import traceback
 import uuid
@@ -32,16 +35,15 @@ from pathlib import Path
 READY = b"listening\n"
 HEADER = struct.Struct("!I")  # request length, then the JSON request
 MAX_FDS = 8
+# The server's last argument: room in its command line that a forked rank overwrites with its
+# own, so ps, pkill -f and psutil see `python -m <module> <run_dir>` for every rank.
+CMDLINE_ROOM = " " * 2048
 
 
 def new_address() -> str:
-    """A name in Linux's abstract Unix socket namespace (see `socket_address`)."""
-    return f"neoxlab-forkserver-{uuid.uuid4().hex}"
-
-
-def socket_address(name: str) -> str:
-    """Abstract namespace: no socket file to clean up, no 108-byte path limit."""
-    return "\0" + name
+    """A socket file in the temp dir: reachable from ranks in other network namespaces (an
+    emulated cluster's), unlike an abstract socket, and short enough for the 108-byte limit."""
+    return os.path.join(tempfile.gettempdir(), f"neoxlab-forkserver-{uuid.uuid4().hex[:16]}")
 
 
 def start(address: str, warm: list[str], env: dict[str, str], log: Path,
@@ -50,7 +52,7 @@ def start(address: str, warm: list[str], env: dict[str, str], log: Path,
     imports `warm` after that (requests queue meanwhile) and ends when its stdin closes."""
     with log.open("a") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "neoxlab.run.forkserver", address, *warm],
+            [sys.executable, "-m", "neoxlab.run.forkserver", address, *warm, CMDLINE_ROOM],
             env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=out,
             start_new_session=True,
         )
@@ -64,16 +66,19 @@ def start(address: str, warm: list[str], env: dict[str, str], log: Path,
     return proc
 
 
-def stop(proc: subprocess.Popen) -> None:
+def stop(proc: subprocess.Popen, address: str) -> None:
     """End the server and every rank it forked that is still alive (its process group)."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
     proc.wait()
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(address)
 
 
 def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
+    """The stub's request, its descriptors, and its pid (`stub_pid`) from the kernel."""
     data, fds, _, _ = socket.recv_fds(conn, 1 << 16, MAX_FDS)
     while len(data) < HEADER.size:
         data += conn.recv(1 << 16)
@@ -84,7 +89,28 @@ def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
         if not chunk:
             raise ConnectionError("the rank stub closed its connection mid-request")
         body += chunk
-    return json.loads(body), fds
+    request = json.loads(body)
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    request["stub_pid"] = struct.unpack("3i", creds)[0]
+    return request, fds
+
+
+def _join_namespaces(pid: int) -> None:
+    """Enter the stub's mount and network namespaces where they differ from ours: a rank of
+    an emulated cluster talks over its namespace's links and sees its /etc/hosts. Only a
+    single-threaded process may change its mount namespace: call before any thread starts."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for kind in ("mnt", "net"):
+        theirs, ours = f"/proc/{pid}/ns/{kind}", f"/proc/self/ns/{kind}"
+        if os.stat(theirs).st_ino == os.stat(ours).st_ino:
+            continue
+        fd = os.open(theirs, os.O_RDONLY)
+        try:
+            if libc.setns(fd, 0) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"setns({theirs}): {os.strerror(err)}")
+        finally:
+            os.close(fd)
 
 
 def _serve(listener: socket.socket) -> tuple[socket.socket, dict, list[int]]:
@@ -149,6 +175,16 @@ def _die_with_stub(conn: socket.socket) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _show_command_line(args: list[str]) -> None:
+    """Write `args` over this process's original argv (the server's, with CMDLINE_ROOM), the
+    memory /proc/<pid>/cmdline reads; a command longer than the room is cut short."""
+    fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+    arg_start, arg_end = int(fields[45]), int(fields[46])  # fields 48 and 49 of proc(5)
+    room = arg_end - arg_start
+    data = b"\0".join(os.fsencode(a) for a in args)[:room - 1]
+    ctypes.memmove(arg_start, data.ljust(room, b"\0"), room)
+
+
 def _become_rank(conn: socket.socket, request: dict, fds: list[int]) -> None:
     """Take over the stub's stdio, PMI descriptor, environment and directory, then run the
     rank's module as `python -m` would; SystemExit carries its code out of the process."""
@@ -159,6 +195,7 @@ def _become_rank(conn: socket.socket, request: dict, fds: list[int]) -> None:
     if len(fds) > 3:  # hydra's PMI connection, under a new descriptor number
         os.set_inheritable(fds[3], True)
         env["PMI_FD"] = str(fds[3])
+    _join_namespaces(request["stub_pid"])
     os.environ.clear()
     os.environ.update(env)
     os.chdir(request["cwd"])
@@ -167,13 +204,14 @@ def _become_rank(conn: socket.socket, request: dict, fds: list[int]) -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     threading.Thread(target=_die_with_stub, args=(conn,), daemon=True).start()
     sys.argv = [request["module"], *request["args"]]
+    _show_command_line([sys.executable, "-m", request["module"], *request["args"]])
     runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
 
 
 def main(argv: list[str]) -> None:
-    address, warm = argv[0], argv[1:]
+    address, warm = argv[0], [a for a in argv[1:] if a != CMDLINE_ROOM]
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(socket_address(address))
+    listener.bind(address)
     listener.listen(1024)
     sys.stdout.buffer.write(READY)
     sys.stdout.flush()
