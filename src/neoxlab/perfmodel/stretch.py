@@ -61,6 +61,9 @@ class Load:
         return max(0.0, cores * self.stretch - self.runnable - self.stretch * self.helpers)
 
 
+STARTERS = {"neoxlab.run.forkserver", "neoxlab.run.forked_rank"}  # run/forkserver.py
+
+
 class Sampler:
     """Samples the schedstat of this process's descendants whose command line contains
     `marker` (the ranks of a run, the ranks of a micro-benchmark) every `interval` s."""
@@ -78,7 +81,9 @@ class Sampler:
         found = []
         for child in psutil.Process().children(recursive=True):
             try:
-                if any(self.marker in part for part in child.cmdline()):
+                cmdline = child.cmdline()
+                if (any(self.marker in part for part in cmdline)
+                        and not set(cmdline) & STARTERS):  # not a fork server or rank stub
                     found.append(child.pid)
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
