@@ -51,8 +51,15 @@ collect: $(STAMP) ## run dirs -> results/tables/<exp>.*.parquet (every experimen
 figures: $(STAMP) ## collect missing/stale tables, then analysis/ notebooks -> results/figures/
 	$(PY) -m neoxlab.results.figures $(EXP_ARG)
 
-test: $(STAMP) ## run the test suite
+# Unit tests on 2 pytest-xdist workers (half the time on 2 cores); the multi-rank tests one
+# at a time (each already keeps every core busy). Both always run; either failing fails.
+test: $(STAMP) ## run the test suite (TESTS=<paths> runs only those, in one process)
+ifeq ($(TESTS),tests)
+	@unit=0; $(PY) -m pytest -q -n 2 --durations=10 tests/unit || unit=$$?; \
+	  $(PY) -m pytest -q --durations=25 tests/integration && exit $$unit
+else
 	$(PY) -m pytest -q --durations=25 $(TESTS)
+endif
 
 lint: $(STAMP) ## ruff
 	$(VENV)/bin/ruff check src tests bench analysis
