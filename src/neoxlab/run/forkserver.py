@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import importlib
 import json
 import os
@@ -202,6 +203,7 @@ def _become_rank(conn: socket.socket, request: dict, fds: list[int]) -> None:
     for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    gc.enable()
     threading.Thread(target=_die_with_stub, args=(conn,), daemon=True).start()
     sys.argv = [request["module"], *request["args"]]
     _show_command_line([sys.executable, "-m", request["module"], *request["args"]])
@@ -210,6 +212,7 @@ def _become_rank(conn: socket.socket, request: dict, fds: list[int]) -> None:
 
 def main(argv: list[str]) -> None:
     address, warm = argv[0], [a for a in argv[1:] if a != CMDLINE_ROOM]
+    gc.disable()  # Python's fork advice: no collections leave holes in the pages ranks share
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(address)
     listener.listen(1024)
@@ -224,6 +227,7 @@ def main(argv: list[str]) -> None:
     if "mpi4py.MPI" in sys.modules:  # MPI_Init ran here: forked ranks would inherit it
         sys.exit(f"[neoxlab] fork server: warm imports {warm} initialized MPI; "
                  "import mpi4py.MPI only inside the rank")
+    gc.freeze()  # the imported stack: ranks' collections leave it (and its pages) alone
     _become_rank(*_serve(listener))
 
 
