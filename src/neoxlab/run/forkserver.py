@@ -215,6 +215,7 @@ def main(argv: list[str]) -> None:
     gc.disable()  # Python's fork advice: no collections leave holes in the pages ranks share
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(address)
+    os.chmod(address, 0o600)  # only this user's ranks may ask for a fork
     listener.listen(1024)
     sys.stdout.buffer.write(READY)
     sys.stdout.flush()
