@@ -59,9 +59,12 @@ class Part:
     iterations: int
     warmup: int
 
+    def options(self) -> list[str]:
+        return ["-m", f"{self.lo}:{self.hi}", "-i", str(self.iterations), "-x", str(self.warmup)]
+
     def args(self) -> list[str]:
-        return [self.benchmark, "-m", f"{self.lo}:{self.hi}", "-i", str(self.iterations),
-                "-x", str(self.warmup)]
+        """omb_native's and neoxlab.omb's form: the benchmark, then the options."""
+        return [self.benchmark, *self.options()]
 
 
 def parts(max_latency: int, max_allreduce: int) -> list[Part]:
@@ -105,7 +108,11 @@ def run_osu(binaries: dict[str, Path], part: Part, timeout: float, level: str
     extra = ["-T", "mpi_float"] if part.benchmark == "allreduce" else []
     env = None if level == "single" else {
         "MPIR_CVAR_DEFAULT_THREAD_LEVEL": f"MPI_THREAD_{level.upper()}"}
-    text = launch([str(binaries[part.benchmark]), *part.args(), *extra], timeout, env)
+    # options only: OSU's parser stops at a positional word and would silently run its
+    # defaults (MPI_CHAR, 1 B-1 MiB, 10000 iterations) instead
+    text = launch([str(binaries[part.benchmark]), *part.options(), *extra], timeout, env)
+    if extra and "# Datatype: MPI_FLOAT." not in text:
+        raise RuntimeError(f"osu_allreduce did not take -T mpi_float:\n{text[:400]}")
     return compare.latencies(parse_table(text))
 
 
