@@ -123,3 +123,17 @@ def test_ranks_die_with_their_killed_job(server, tmp_path):
     job.wait(timeout=30)
     gone, alive = psutil.wait_procs(ranks, timeout=30)
     assert not alive, f"ranks outlived their stubs: {[p.pid for p in alive]}"
+
+
+def test_server_ends_and_removes_its_socket_when_its_launcher_goes(tmp_path):
+    """A launcher killed with SIGKILL cannot stop its server: the server sees its stdin pipe
+    close, removes its socket file and exits."""
+    address = forkserver.new_address()
+    proc = forkserver.start(address, [], dict(os.environ), tmp_path / "forkserver.log")
+    try:
+        assert Path(address).exists()
+        proc.stdin.close()  # what the launcher's death does to the pipe
+        assert proc.wait(timeout=30) == 0
+        assert not Path(address).exists()
+    finally:
+        forkserver.stop(proc, address)

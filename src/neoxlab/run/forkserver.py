@@ -124,7 +124,9 @@ def _serve(listener: socket.socket) -> tuple[socket.socket, dict, list[int]]:
         for key, _ in selector.select():
             if key.data == "stdin":
                 if not os.read(sys.stdin.fileno(), 4096):
-                    sys.exit(0)  # the launcher has gone
+                    # the launcher has gone, even SIGKILLed: leave no socket file behind
+                    os.unlink(listener.getsockname())
+                    sys.exit(0)
             elif key.data == "accept":
                 conn, _ = listener.accept()
                 try:
