@@ -8,6 +8,7 @@ two) and compares the codec's payload and values with the eager reference.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 
 import pytest
@@ -88,3 +89,16 @@ def test_without_a_compiler_falls_back_to_eager_with_a_warning(monkeypatch, capl
         payload, got = _codec_roundtrip(x)
     assert "torch.compile unavailable" in caplog.text
     assert torch.equal(payload, want_payload) and torch.equal(got, want)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("zfpy") is None, reason="zfpy not installed")
+def test_auto_takes_the_compiled_coder_on_cpu_only_when_asked(monkeypatch) -> None:
+    """impl=auto hands host tensors to zfpy, unless the compiled coder (faster than zfpy
+    here, bench/compressors.py) was asked for."""
+    c = make_compressor("zfp", rate=8)
+    cpu = torch.device("cpu")
+    monkeypatch.delenv("NEOXLAB_CODEC_KERNELS", raising=False)
+    assert c.impl_for(cpu) == "zfpy"
+    monkeypatch.setenv("NEOXLAB_CODEC_KERNELS", "compile")
+    assert c.impl_for(cpu) == "torch"
+    assert c.impl_for(torch.device("meta")) == "torch"

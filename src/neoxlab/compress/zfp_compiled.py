@@ -2,9 +2,10 @@
 
 Opt-in with NEOXLAB_CODEC_KERNELS=compile (kernels.py). The block-per-lane stages of
 zfp_fused.py are compiled separately (encode: block transform, one bit plane; decode:
-64-bit windows, one bit plane, inverse transform) and called from Python 32 times per
-chunk: compiling the whole 32-plane coder as one graph took 2-10 minutes here and the
-decoder's crashed gcc 12 (internal compiler error). Same bytes as zfp_torch (tests).
+one bit plane, inverse transform) and called from Python once per bit plane that still
+has budget (at most 32 per chunk): compiling the whole 32-plane coder as one graph took
+2-10 minutes here and the decoder's crashed gcc 12 (internal compiler error).
+Same bytes as zfp_torch (tests).
 
 Compiling takes about 1-2 minutes per process on a busy 2-core machine (plus ~30 s per
 further rate), which is why this is not the default. Where compilation is unavailable (no
@@ -47,8 +48,7 @@ def stages() -> dict[str, Callable] | None:
         except Exception as err:  # noqa: BLE001 - any failure means: no compiled path
             _disable(f"no C++ compiler for inductor: {err}")
             return None
-        for name in ("encode_prologue", "encode_plane", "decode_windows", "decode_plane",
-                     "decode_epilogue"):
+        for name in ("encode_prologue", "encode_plane", "decode_plane", "decode_epilogue"):
             _STAGES[name] = torch.compile(getattr(zfp_fused, name), dynamic=True)
     return _STAGES
 
@@ -82,8 +82,8 @@ def decode(payload: torch.Tensor, rate: int, out: torch.Tensor) -> None:
         try:
             for b0 in range(0, nb, CHUNK_BLOCKS):
                 vals = zfp_fused.decode_chunk(
-                    src[b0: b0 + CHUNK_BLOCKS], rate, table, st["decode_windows"],
-                    st["decode_plane"], st["decode_epilogue"]).reshape(-1)
+                    src[b0: b0 + CHUNK_BLOCKS], rate, table, st["decode_plane"],
+                    st["decode_epilogue"]).reshape(-1)
                 lo = b0 * 16
                 m = min(vals.numel(), n4 - lo)
                 out[lo: lo + m].copy_(vals[:m])

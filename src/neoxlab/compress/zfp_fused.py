@@ -6,11 +6,13 @@ every step is elementwise over the blocks of a chunk ((nb,) vectors, one per coe
 or bit plane; Python loops unrolled over the 16 values), so inductor's C++ backend fuses a
 stage into one OpenMP loop over blocks. Differences from the reference that only change
 the work: the exponent and the bit length of the planes above are read off fp32 bit
-patterns instead of frexp and a table; the decoder reads one 64-bit window per plane (a
-plane's code is at most 16 + 31 bits) instead of five 24-bit reads, and computes the
-budget class instead of looking it up. Eagerly the stages are slow (thousands of tiny
-ops); zfp_compiled.py compiles them. The driver functions encode_chunk/decode_chunk take
-the (compiled or eager) stages as arguments.
+patterns instead of frexp and a table; the decoder reads the stream as int64 words, two
+per plane (a plane's code is at most 16 + 31 bits) instead of five 24-bit reads, and
+computes the budget class instead of looking it up. Fixed rate bounds every block's bits,
+so the coders stop at the first plane (checked every 4th) below which no block has budget
+left; that check reads a flag on the host, so these stages are for CPU tensors. Eagerly
+the stages are slow (thousands of tiny ops); zfp_compiled.py compiles them. The driver
+functions encode_chunk/decode_chunk take the (compiled or eager) stages as arguments.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from neoxlab.compress.mpc import _STAGES
 from neoxlab.compress.zfp_torch import _EBIAS, _INT_MIN, _STATE, _STEPS, PERM
 
 _NB = -0x55555556  # 0xaaaaaaaa as int32
+_INT64_MAX = (1 << 63) - 1
 T = torch.Tensor
 Lift = Callable[[T, T, T, T], tuple[T, T, T, T]]
 
@@ -149,23 +152,28 @@ def encode_chunk(fb: torch.Tensor, rate: int, enc: torch.Tensor,
     off = acc + 9
     words = torch.zeros(-(-16 * rate // 64), nb, dtype=torch.int64, device=fb.device)
     words[0] = head
+    spent = ~nonzero  # blocks whose budget is used up (zero and NaN blocks carry no planes)
     for k in range(31, -1, -1):
         acc, off, words = plane(planes[k], acc, off, words, nonzero, rate, enc)
+        if k % 4 == 0 and bool((spent | (off >= 16 * rate)).all()):
+            break  # fixed rate: the planes below would write nothing (a CPU-only check)
     return words.t().reshape(-1).view(torch.uint8).view(nb, -1)[:, : 2 * rate]
 
 
-def decode_plane(win: torch.Tensor, base: torch.Tensor, pos: torch.Tensor,
-                 budget: torch.Tensor, n: torch.Tensor, table: torch.Tensor, nbytes: int
+def decode_plane(words: torch.Tensor, base: torch.Tensor, pos: torch.Tensor,
+                 budget: torch.Tensor, n: torch.Tensor, table: torch.Tensor
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Decode one bit plane of every block. win holds each block's 64-bit windows (the 8
-    bytes from byte j at base + j; a plane's code is at most 16 + 31 bits, so one window
-    read at its first byte covers it); returns pos, budget, n after it and the plane."""
-    at = (pos >> 3).clamp(max=nbytes - 1)  # at the end the budget is 0: nothing is read
-    w = win[base + at]
-    rel = pos - 8 * at
+    """Decode one bit plane of every block. words is the stream as int64 words (block b's
+    first at base[b]); a plane's code is at most 16 + 31 bits, so the 64 bits at pos (two
+    aligned words joined) cover it. Returns pos, budget, n after it and the plane."""
+    at = (base + (pos >> 6)).clamp(max=words.numel() - 2)  # spent budgets read nothing
+    lo, hi = words[at], words[at + 1]
+    r = pos & 63
+    lo = torch.where(r == 0, lo, ((lo >> 1) & _INT64_MAX) >> (r - 1).clamp(min=0))
+    w = lo | ((hi << 1) << (63 - r))  # bits pos .. pos + 63, as unsigned shifts would
     m = n.minimum(budget)
-    x = (w >> rel) & ((1 << m) - 1)
-    rel = rel + m
+    x = w & ((1 << m) - 1)
+    rel = m
     budget = budget - m
     state = n * (3 * _STATE)
     for _ in range(_STEPS):
@@ -176,18 +184,15 @@ def decode_plane(win: torch.Tensor, base: torch.Tensor, pos: torch.Tensor,
         rel = rel + used
         budget = budget - used
         state = ent >> 24
-    return 8 * at + rel, budget, state // (3 * _STATE), x
+    return pos + rel, budget, state // (3 * _STATE), x
 
 
-def decode_windows(src: torch.Tensor) -> torch.Tensor:
-    """(nb, nbytes) uint8 -> (nb * nbytes,) int64: the 8 bytes from each byte on (zeros
-    past the block's end), little-endian."""
-    nb, nbytes = src.shape
-    raw = torch.nn.functional.pad(src.to(torch.int64), (0, 7))
-    win = raw[:, :nbytes]
-    for i in range(1, 8):
-        win = win | raw[:, i: i + nbytes] << (8 * i)
-    return win.reshape(-1)
+def decode_words(src: torch.Tensor) -> torch.Tensor:
+    """(nb, nbytes) uint8 -> the stream as int64 words, each block padded to whole words,
+    plus one zero word (so the last plane read has a second word). Little-endian."""
+    pad = -src.shape[1] % 8
+    blocks = torch.nn.functional.pad(src, (0, pad)) if pad else src.contiguous()
+    return torch.nn.functional.pad(blocks.view(torch.int64).reshape(-1), (0, 1))
 
 
 def decode_epilogue(planes: torch.Tensor, head: torch.Tensor) -> torch.Tensor:
@@ -213,19 +218,22 @@ def decode_epilogue(planes: torch.Tensor, head: torch.Tensor) -> torch.Tensor:
 
 
 def decode_chunk(src: torch.Tensor, rate: int, table: torch.Tensor,
-                 windows: Callable = decode_windows, plane: Callable = decode_plane,
+                 plane: Callable = decode_plane,
                  epilogue: Callable = decode_epilogue) -> torch.Tensor:
     """(nb, 2 rate) uint8 -> (nb, 16) fp32, as zfp_torch's decoder (table: its decode-state
-    table); windows, plane and epilogue may be compiled versions."""
+    table); plane and epilogue may be compiled versions."""
     nb = src.shape[0]
-    win = windows(src)
-    head = (win.view(nb, -1)[:, 0] & 0x1FF).contiguous()
+    words = decode_words(src)
+    per_block = -(-2 * rate // 8)
+    head = words[: nb * per_block].view(nb, per_block)[:, 0] & 0x1FF
     nonzero = ((head & 1) == 1) & (head > 1)
-    base = torch.arange(nb, device=src.device) * (2 * rate)
+    base = torch.arange(nb, device=src.device) * per_block
     pos = torch.full((nb,), 9, dtype=torch.int64, device=src.device)
     budget = torch.where(nonzero, 16 * rate - 9, 0)
     n = torch.zeros_like(pos)
-    planes = torch.empty(32, nb, dtype=torch.int64, device=src.device)
+    planes = torch.zeros(32, nb, dtype=torch.int64, device=src.device)
     for k in range(31, -1, -1):
-        pos, budget, n, planes[k] = plane(win, base, pos, budget, n, table, 2 * rate)
+        pos, budget, n, planes[k] = plane(words, base, pos, budget, n, table)
+        if k % 4 == 0 and not bool(budget.any()):
+            break  # every budget is spent: the planes below are zero (a CPU-only check)
     return epilogue(planes, head)
