@@ -232,6 +232,13 @@ def validate(cfg: Config) -> list[str]:
             "partition gradients (ZeRO-2/3) across micro-batches of a pipeline; use zero.stage=1"
             " or pp=1"
         )
+    if z.reduce_to_owner and (z.stage not in (1, 2) or not z.reduce_scatter):
+        errors.append(
+            f"zero.reduce_to_owner=true with zero.stage={z.stage}, zero.reduce_scatter="
+            f"{str(z.reduce_scatter).lower()}: DeepSpeed reduces gradient partitions to their "
+            "owners only under ZeRO-1/2 with reduce_scatter; use zero.stage=1 "
+            "zero.reduce_scatter=true or drop zero.reduce_to_owner"
+        )
     if c.device == "cpu" and cfg.engine.backend == "nccl":
         errors.append("engine.backend='nccl' needs GPUs but cluster.device='cpu'; use gloo")
     if cfg.data.source == "file" and not cfg.data.path:

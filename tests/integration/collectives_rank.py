@@ -148,6 +148,28 @@ def main(out: Path) -> None:
     checks["after_overflow_rel_error"] = float((after.float() - exact16).norm()
                                                / exact16.norm())
 
+    # reduce to one rank (ZeRO's per-partition reduce): with lossless mpc the owner gets the
+    # fp32 sum in rank order, the others keep their input; with zfp and error feedback, in
+    # segments, the owner's sum is what the ranks meant to send (x - new residual)
+    part = torch.randn(3000, generator=g)
+    everyone = [torch.empty_like(part) for _ in range(n)]
+    dist.all_gather(everyone, part)
+    want = torch.zeros_like(part)
+    for e in everyone:
+        want += e
+    got = part.clone()
+    strict_run(cc.reduce, raw, mpc, got, 1, list(range(n)), me, None)
+    checks["reduce_mpc_exact"] = torch.equal(got, want if me == 1 else part)
+    got, res = part.clone(), torch.zeros_like(part)
+    cost = strict_run(cc.reduce, raw, zfp, got, 3, list(range(n)), me, None, res,
+                      segment_bytes=4000)
+    sent = part - res
+    dist.all_gather(everyone, sent)
+    checks["reduce_zfp_is_the_sum_of_what_was_sent"] = (
+        me != 3 or torch.allclose(got, torch.stack(everyone).sum(0), atol=1e-5))
+    checks["reduce_zfp_residual_nonzero"] = bool(res.abs().max() > 0)
+    checks["reduce_zfp_ratio"] = part.numel() * 4 / cost.bytes_out
+
     # through the patch: an async TP all-reduce is compressed and its Work waits; the
     # cross-entropy [s, b] statistics stay exact; reduce is compressed
     policy = DimPolicy(make_compressor("zfp:rate=8"), 0, False)
@@ -167,8 +189,10 @@ def main(out: Path) -> None:
         checks["cross_entropy_exact"] = torch.equal(logits, exact_logits)
         checks["cross_entropy_compressed_calls"] = stats[("other", "all_reduce")].compressed_calls
         red = torch.randn(32, 64, generator=g)
+        before = red.clone()
         dist.reduce(red, dst=2)
         checks["reduce_compressed"] = stats[("tp", "reduce")].compressed_calls
+        checks["reduce_only_dst_changes"] = (me == 2) != torch.equal(red, before)
     finally:
         patch.uninstall()
 

@@ -76,6 +76,16 @@ def test_async_tp_all_reduce_and_reduce_are_compressed_and_loss_statistics_are_n
         assert c["cross_entropy_exact"] is True
         assert c["cross_entropy_compressed_calls"] == 0
         assert c["reduce_compressed"] == 1
+        assert c["reduce_only_dst_changes"] is True
+
+
+def test_reduce_decodes_only_at_its_destination(checks):
+    """ZeRO's partition reduce: one payload per rank to the owner, which alone sums."""
+    for c in checks:
+        assert c["reduce_mpc_exact"] is True
+        assert c["reduce_zfp_is_the_sum_of_what_was_sent"] is True
+        assert c["reduce_zfp_residual_nonzero"] is True
+        assert c["reduce_zfp_ratio"] == pytest.approx(4.0, rel=0.05)
 
 
 def test_peak_extra_memory_of_a_256_mib_all_reduce_stays_within_1_5x(checks):

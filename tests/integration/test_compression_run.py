@@ -21,7 +21,12 @@ from tests.integration.harness import (
 # the unpatched and lossless runs compare step by step with "none": same steps, same
 # checkpoints (local_compare's members save after steps 5 and 10)
 STEPS = COMPARE_STEPS
-MPC_ON_MODEL_PARALLEL = ["compression=lossless_mp"]
+# lossless MPC on TP, PP and DP, whose ZeRO-1 gradient partitions are reduced to their owners
+# (a compressed reduce that only the owner decodes): the sum of DP=2 terms is exact
+MPC_EVERYWHERE_BUT_ZERO = [
+    "compression=custom", "compression.dims.dp.compressor=mpc", "~compression.dims.dp.params.rate",
+    "compression.dims.dp.error_feedback=false", "compression.dims.tp.compressor=mpc",
+    "compression.dims.pp.compressor=mpc", "zero.reduce_to_owner=true"]
 # the first test's set-up may make the session's local_compare run (4 launches, at most
 # 900 s) before this module's own 2 launches
 pytestmark = pytest.mark.timeout(1500)
@@ -32,7 +37,7 @@ def runs(tmp_path_factory, compare_run):
     root = tmp_path_factory.mktemp("results")
     variants = {
         "unpatched": ("local_baseline", ["compression.patch=false"]),
-        "mpc_tp_pp": ("local_baseline", MPC_ON_MODEL_PARALLEL),
+        "mpc_reduced": ("local_baseline", MPC_EVERYWHERE_BUT_ZERO),
     }
     out = {"none": compare_run.member("local_baseline"),
            "mzhybrid": compare_run.member("local_mzhybrid")}
@@ -64,10 +69,15 @@ def test_scheme_none_with_patch_is_bit_identical_to_no_patch(runs):
     assert not (runs["unpatched"] / "comm.jsonl").exists()
 
 
-def test_lossless_mpc_on_tp_and_pp_is_bit_identical(runs):
-    totals = comm_totals(runs["mpc_tp_pp"])
+def test_lossless_mpc_on_tp_pp_and_reduced_dp_is_bit_identical(runs):
+    totals = comm_totals(runs["mpc_reduced"])
     assert totals["tp"]["compressed_calls"] > 0 and totals["pp"]["compressed_calls"] > 0
-    assert losses(runs["mpc_tp_pp"]) == losses(runs["none"])
+    assert totals["dp"]["compressed_calls"] > 0
+    rows = [json.loads(line)
+            for line in (runs["mpc_reduced"] / "comm.jsonl").read_text().splitlines()]
+    dp_ops = {r["op"] for r in rows if r["dim"] == "dp" and r["compressor"] != "none"}
+    assert dp_ops == {"reduce"}, dp_ops  # no gradient all-reduce: each owner got its part
+    assert losses(runs["mpc_reduced"]) == losses(runs["none"])
 
 
 def test_every_dimension_went_through_the_wrapper(runs):

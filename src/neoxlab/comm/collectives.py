@@ -9,7 +9,9 @@ the patch, writes its result in place and returns the cost for accounting. Desig
   owner included, decodes the same payloads, so all ranks end bit-identical.
 - all-reduce ("allgather", small groups): one all-gather of whole payloads, local sum.
 - all-gather: one compressed all_gather_into_tensor; broadcast: one payload, decoded by the
-  source too (replicas stay identical); send/recv: one payload per message.
+  source too (replicas stay identical); send/recv: one payload per message; reduce (ZeRO's
+  per-partition reduce to its owner): one payload per rank to the destination, which alone
+  decodes.
 - Messages go in segments (a quarter of the message, 1-64 MiB: neoxlab.comm_scratch), so
   the extra memory of a compressed all-reduce is a bounded fraction of the message.
 - Fixed-size payloads (neoxlab.comm.payload) need no size exchange; variable ones exchange
@@ -187,16 +189,19 @@ class Chunks:
 
 
 def settle_residual(chunks: Chunks, codec: ChunkCodec, sent: list[torch.Tensor],
-                    results: list[torch.Tensor], scratch: torch.Tensor, cost: Cost) -> None:
+                    results: list[torch.Tensor], scratch: torch.Tensor, cost: Cost,
+                    finite: torch.Tensor | None = None) -> None:
     """Error feedback once the sums are known: residual_i = (x_i + residual_i) minus what
     payload i carried, unless any result holds NaN/Inf. An fp16 overflow on any rank reaches
     every rank's result (payloads mark non-finite values), the loss scaler skips that step,
-    and so the residual stays as it was, finite. The check is a device scalar: no sync."""
+    and so the residual stays as it was, finite. The check is a device scalar: no sync.
+    `finite`: that check made already by the caller (results are then not decoded)."""
     device = scratch.device
     with Timed(cost, "decompress_s", device):
-        finite = torch.ones((), dtype=torch.bool, device=device)
-        for payload in results:
-            finite &= torch.isfinite(codec.decode(payload, scratch)).all()
+        if finite is None:
+            finite = torch.ones((), dtype=torch.bool, device=device)
+            for payload in results:
+                finite &= torch.isfinite(codec.decode(payload, scratch)).all()
         for i, payload in enumerate(sent):
             lo, hi = chunks.bounds(i)
             if hi == lo:
@@ -287,6 +292,51 @@ def _reduce_allgather(raw, c: Compressor, flat: torch.Tensor, res: torch.Tensor 
             flat.copy_(total)
 
 
+def reduce(raw, c: Compressor, x: torch.Tensor, dst: int, ranks: list[int], me: int, group,
+           residual: torch.Tensor | None = None, segment_bytes: int = SEGMENT_BYTES) -> Cost:
+    """Sum x over the group into dst's x; the other ranks' x stay as they were (torch leaves
+    them unspecified). ZeRO-1/2 reduce each gradient partition to the rank that keeps it, so
+    only that rank decodes: every other rank sends it one payload per segment, and it sums
+    the decoded payloads in fp32 in rank order (`ranks`: the group's global ranks)."""
+    cost = Cost()
+    work = x if x.is_contiguous() else x.contiguous()
+    flat = work.view(-1)
+    res = residual.view(-1) if residual is not None else None
+    step = max(1, segment_bytes_for(x.numel() * x.element_size(), segment_bytes)
+               // x.element_size())
+    for lo in range(0, flat.numel(), step):
+        hi = min(lo + step, flat.numel())
+        _reduce_to(raw, c, flat[lo:hi], None if res is None else res[lo:hi], dst, ranks, me,
+                   group, cost)
+    if work is not x and me == dst:
+        x.copy_(work)
+    return cost
+
+
+def _reduce_to(raw, c: Compressor, flat: torch.Tensor, res: torch.Tensor | None, dst: int,
+               ranks: list[int], me: int, group, cost: Cost) -> None:
+    device = flat.device
+    whole = Chunks(flat, 1, res)
+    codec = ChunkCodec(c, flat.numel(), flat.dtype)
+    sent, _ = encode_chunks(codec, 1, whole.load, cost)
+    cost.bytes_out += sent[0].numel()  # the message's size on the wire, as for all ranks
+    scratch = torch.empty_like(flat)
+    if me != dst:
+        _send_payload(raw, codec, sent[0], dst, group, cost)
+        if res is not None:  # error feedback sees this rank's own payload only
+            settle_residual(whole, codec, sent, sent, scratch, cost)
+        return
+    received = [sent[0] if r == me else _recv_payload(raw, codec, r, group, cost, device)
+                for r in ranks]
+    total = torch.zeros(flat.numel(), dtype=torch.float32, device=device)
+    with Timed(cost, "decompress_s", device):
+        for payload in received:
+            total += codec.decode(payload, scratch)
+    if res is not None:  # before the sum overwrites flat, which load() reads
+        settle_residual(whole, codec, sent, [], scratch, cost, torch.isfinite(total).all())
+    flat.copy_(total)
+
+
 # ---- other collectives ------------------------------------------------------------------
 def all_gather_into(raw, c: Compressor, x: torch.Tensor, outputs: list[torch.Tensor], group,
                     n: int) -> Cost:
@@ -358,10 +408,7 @@ def send(raw, c: Compressor, x: torch.Tensor, dst: int, group=None) -> Cost:
     codec = ChunkCodec(c, x.numel(), x.dtype)
     flat = x.contiguous().view(-1)
     payloads, _ = encode_chunks(codec, 1, lambda i: flat, cost)
-    with Timed(cost, "comm_s", x.device):
-        if codec.fixed is None:
-            raw.send(_sizes_tensor([payloads[0].numel()], x.device), dst, group=group)
-        raw.send(payloads[0], dst, group=group)
+    _send_payload(raw, codec, payloads[0], dst, group, cost)
     cost.bytes_out = payloads[0].numel()
     return cost
 
@@ -371,16 +418,8 @@ def recv(raw, c: Compressor, x: torch.Tensor, src: int, group=None) -> Cost:
     cost = Cost()
     device = x.device
     codec = ChunkCodec(c, x.numel(), x.dtype)
-    with Timed(cost, "comm_s", device):
-        if codec.fixed is None:
-            size = torch.empty(1, dtype=torch.int64, device=device)
-            raw.recv(size, src, group=group)
-            nbytes = int(size.item())
-        else:
-            nbytes = codec.fixed
-        payload = torch.empty(nbytes, dtype=U8, device=device)
-        raw.recv(payload, src, group=group)
-    cost.bytes_out = nbytes
+    payload = _recv_payload(raw, codec, src, group, cost, device)
+    cost.bytes_out = payload.numel()
     flat = x.view(-1) if x.is_contiguous() else torch.empty(
         x.numel(), dtype=x.dtype, device=device)
     with Timed(cost, "decompress_s", device):
@@ -388,3 +427,25 @@ def recv(raw, c: Compressor, x: torch.Tensor, src: int, group=None) -> Cost:
     if flat.data_ptr() != x.data_ptr():
         x.copy_(flat.view_as(x))
     return cost
+
+
+def _send_payload(raw, codec: ChunkCodec, payload: torch.Tensor, dst: int, group,
+                  cost: Cost) -> None:
+    with Timed(cost, "comm_s", payload.device):
+        if codec.fixed is None:
+            raw.send(_sizes_tensor([payload.numel()], payload.device), dst, group=group)
+        raw.send(payload, dst, group=group)
+
+
+def _recv_payload(raw, codec: ChunkCodec, src: int, group, cost: Cost,
+                  device: torch.device) -> torch.Tensor:
+    with Timed(cost, "comm_s", device):
+        if codec.fixed is None:
+            size = torch.empty(1, dtype=torch.int64, device=device)
+            raw.recv(size, src, group=group)
+            nbytes = int(size.item())  # data-dependent: the host must know it
+        else:
+            nbytes = codec.fixed
+        payload = torch.empty(nbytes, dtype=U8, device=device)
+        raw.recv(payload, src, group=group)
+    return payload

@@ -233,9 +233,11 @@ class CompressionPatch:
                              self._residual(policy, x), algorithm)
 
     def _reduce(self, policy: DimPolicy, a: dict, n: int) -> cc.Cost:
-        """A compressed reduce runs as the compressed all-reduce: the destination gets the
-        same decoded sum (the other ranks get it too, which torch leaves unspecified)."""
-        return self._all_reduce(policy, a, n)
+        x, group = a["tensor"], a["group"]
+        ranks = sorted(_group_ranks(group))  # torch orders a group's ranks so
+        dst = a["dst"] if a.get("group_dst") is None else ranks[a["group_dst"]]
+        return cc.reduce(self.raw, policy.compressor, x, dst, ranks, dist.get_rank(), group,
+                         self._residual(policy, x))
 
     def _all_gather_into_tensor(self, policy: DimPolicy, a: dict, n: int) -> cc.Cost:
         out = a["output_tensor"]

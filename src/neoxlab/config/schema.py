@@ -74,6 +74,10 @@ class ZeroConfig:
     overlap_comm: bool = False
     contiguous_gradients: bool = True
     reduce_scatter: bool = True
+    # ZeRO-1/2: reduce each gradient partition to the rank that keeps it (DeepSpeed's
+    # use_multi_rank_bucket_allreduce=false) instead of all-reducing whole buckets; with DP
+    # compressed, only that rank then decodes it (comm.collectives.reduce)
+    reduce_to_owner: bool = False
 
 
 @dataclass

@@ -81,6 +81,12 @@ def validate_neox(cfg: Config) -> list[str]:
             f"zero.stage={cfg.zero.stage} with engine=neox: GPT-NeoX runs every pipe_parallel_"
             "size >= 1 in DeepSpeed's pipeline engine, which refuses ZeRO-2/3; use zero.stage=1"
         )
+    if cfg.zero.reduce_to_owner:
+        errors.append(
+            "zero.reduce_to_owner=true with engine=neox: it sets DeepSpeed's "
+            "use_multi_rank_bucket_allreduce, which GPT-NeoX's DeepSpeed fork may not know; "
+            "use engine=builtin or drop zero.reduce_to_owner"
+        )
     errors += _data_errors(cfg)
     errors += _neox_args_errors(cfg)
     errors += _fused_kernel_errors(cfg)

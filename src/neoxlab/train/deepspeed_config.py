@@ -45,6 +45,8 @@ def render(cfg: Config, layout: Layout) -> dict[str, Any]:
                  "loss_scale_window": 1000, "hysteresis": 2, "min_loss_scale": 1},
         "bf16": {"enabled": t.precision == "bf16"},
     }
+    if z.reduce_to_owner:
+        ds["zero_optimization"]["use_multi_rank_bucket_allreduce"] = False
     if cfg.compression.communication_dtype is not None:
         ds["communication_data_type"] = cfg.compression.communication_dtype
     return ds

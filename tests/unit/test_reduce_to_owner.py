@@ -1,0 +1,33 @@
+"""zero.reduce_to_owner: ZeRO-1/2 gradient partitions reduced to the rank that keeps them
+(DeepSpeed's use_multi_rank_bucket_allreduce=false), refused where DeepSpeed cannot do it."""
+
+from __future__ import annotations
+
+import pytest
+
+from neoxlab.config import ConfigError
+from neoxlab.config.check import check
+from neoxlab.config.compose import compose_experiment
+from neoxlab.train.deepspeed_config import render
+
+
+def test_deepspeed_reduces_partitions_to_owners_only_when_asked():
+    cfg = compose_experiment("local_zhybrid", ["zero.reduce_to_owner=true"])
+    assert render(cfg, check(cfg))["zero_optimization"]["use_multi_rank_bucket_allreduce"] is False
+    plain = compose_experiment("local_zhybrid")
+    assert "use_multi_rank_bucket_allreduce" not in render(plain, check(plain))["zero_optimization"]
+
+
+@pytest.mark.parametrize("overrides", [["zero.stage=0"], ["zero.reduce_scatter=false"]])
+def test_reduce_to_owner_needs_zero_1_or_2_with_reduce_scatter(overrides):
+    cfg = compose_experiment("local_zhybrid", ["zero.reduce_to_owner=true", *overrides])
+    with pytest.raises(ConfigError, match=r"zero.reduce_to_owner=true with zero.stage=.*"
+                                          r"use zero.stage=1 zero.reduce_scatter=true"):
+        check(cfg)
+
+
+def test_reduce_to_owner_is_refused_for_gpt_neox():
+    cfg = compose_experiment("hybrid_192gpu", ["engine=neox", "cluster.neox_dir=/opt/gpt-neox",
+                                               "zero.reduce_to_owner=true"])
+    with pytest.raises(ConfigError, match=r"reduce_to_owner=true with engine=neox"):
+        check(cfg)
