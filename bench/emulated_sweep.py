@@ -8,7 +8,7 @@ Needs root + iproute2; run it alone (it is heavy, about 15 minutes with the defa
 Appends to results/tables/emulated_sweep.sweep.csv (a row per layout, rate and scheme; a
 point measured again replaces its row), then `make figures EXP=emulated_sweep` draws it.
 
-comm share: the accounted time of the training collectives (all-reduce, reduce-scatter,
+comm share: the accounted time of the training collectives (all-reduce, reduce(-scatter),
 all-gather, all-to-all; start-up broadcasts left out) per rank over the run's summed step
 times. `external`: other jobs' threads competing for the cores during the steady steps
 (perfmodel.stretch), the input the performance model takes for a shared machine.
@@ -31,7 +31,7 @@ LAYOUTS = {  # name -> overrides of experiment emulated_sweep
     "2x2": [],  # TP=2 inside a node, DP=2 across 2 nodes (2 ranks share an uplink)
     "4x1": ["cluster.nodes=4", "cluster.ranks_per_node=1", "parallel.tp=1"],  # DP=4
 }
-STEP_OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
+STEP_OPS = ("all_reduce", "reduce", "all_gather", "all_to_all")  # prefixes: reduce_scatter too
 TABLE = Path("tables") / "emulated_sweep.sweep.csv"
 KEY = ("layout", "rate_mbit", "scheme")
 

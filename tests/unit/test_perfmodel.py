@@ -88,6 +88,23 @@ def test_compression_divides_bytes_and_pays_the_codec():
     assert costs.message_cost(small, LINK, costs.Codec("zfp", 4.0, codec_p, 4096)).codec_s == 0
 
 
+def test_reducing_to_owners_sends_one_phase_and_decodes_only_the_own_part():
+    """zero.reduce_to_owner: DP buckets as n reduces of their parts (reduce-scatter volume),
+    compressed: n - 1 parts sent, the own part's n payloads decoded."""
+    cfg = compose_experiment("local_zhybrid", ["zero.reduce_to_owner=true"])
+    assert {m.op for m in traffic.messages(cfg, resolve_layout(cfg)) if m.dim == "dp"} == \
+        {"reduce_to_owners"}
+    owners = traffic.Message("dp", "reduce_to_owners", 8e6, 4, 1, "step", 32)
+    assert costs.plain(owners, LINK) == pytest.approx(3 * 10e-6 + 3 / 4 * 8e6 / 2e9)
+    codec = costs.Codec("zfp", 4.0, CodecProfile(encode_gbs=10.0, decode_gbs=20.0,
+                                                 call_us=0.0), 4096)
+    ours = costs.message_cost(owners, LINK, codec)
+    assert ours.comm_s == pytest.approx(3 * 10e-6 + 3 / 4 * 8e6 / 4 / 2e9)
+    assert ours.codec_s == pytest.approx(8e6 / 10e9 + 8e6 / 20e9)
+    whole = costs.message_cost(dataclasses.replace(owners, op="all_reduce"), LINK, codec)
+    assert ours.comm_s < whole.comm_s / 1.9 and ours.codec_s < whole.codec_s
+
+
 def test_zfp_ratio_depends_on_the_element_width():
     from neoxlab.perfmodel.predict import codec_ratio
 

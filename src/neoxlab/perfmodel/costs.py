@@ -61,7 +61,7 @@ def plain(msg: Message, link: LinkProfile) -> float:
     n, m = msg.group, msg.nbytes
     if msg.op == "all_reduce":
         return wire(link, 2 * (n - 1), 2 * (n - 1) / n * m)
-    if msg.op == "all_gather":
+    if msg.op in ("all_gather", "reduce_to_owners"):
         return wire(link, n - 1, (n - 1) / n * m)
     return wire(link, 1, m, p2p=True)
 
@@ -86,6 +86,9 @@ def compressed(msg: Message, link: LinkProfile, codec: Codec) -> Cost:
     elif msg.op == "all_gather":
         comm = wire(link, 2 * (n - 1), (n - 1) / n * m / r)
         enc, enc_calls, dec, dec_calls = m / n, 1, m, n
+    elif msg.op == "reduce_to_owners":  # n reduces of m/n: send n-1 parts, decode own n
+        comm = wire(link, n - 1, (n - 1) / n * m / r, p2p=True)
+        enc, enc_calls, dec, dec_calls = m, n, m, n
     else:  # p2p: size, then payload
         comm = wire(link, 2, m / r, p2p=True)
         enc, enc_calls, dec, dec_calls = m, 1, m, 1
@@ -98,8 +101,10 @@ def compressed(msg: Message, link: LinkProfile, codec: Codec) -> Cost:
 
 def message_cost(msg: Message, link: LinkProfile, codec: Codec | None) -> Cost:
     """One call; compressed only when the dimension has a codec and the message is big enough
-    (the patch compares the caller's tensor, the shard for all-gathers, with min_bytes)."""
-    shard = msg.nbytes / msg.group if msg.op == "all_gather" else msg.nbytes
+    (the patch compares the caller's tensor, a part for all-gathers and reduces to owners,
+    with min_bytes)."""
+    shard = msg.nbytes / msg.group if msg.op in ("all_gather", "reduce_to_owners") \
+        else msg.nbytes
     if codec is None or shard < codec.min_bytes:
         return Cost(plain(msg, link), 0.0)
     return compressed(msg, link, codec)

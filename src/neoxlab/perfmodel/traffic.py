@@ -38,8 +38,10 @@ class Message:
     """`count` calls of one collective of `nbytes` (uncompressed, per rank) over `group`."""
 
     dim: str  # tp | pp | dp | zero | control
-    op: str  # all_reduce | all_gather | p2p
-    nbytes: float  # all_reduce: the buffer; all_gather: the gathered output; p2p: the payload
+    op: str  # all_reduce | reduce_to_owners | all_gather | p2p
+    # all_reduce, reduce_to_owners (each 1/group part reduced to its owner, as ZeRO's
+    # zero.reduce_to_owner): the buffer; all_gather: the gathered output; p2p: the payload
+    nbytes: float
     group: int  # ranks in the group (2 for p2p)
     count: float
     per: str  # "microbatch" (on the critical path of every pipeline slot) or "step"
@@ -126,7 +128,8 @@ def _data_parallel(cfg: Config, layout: Layout, shape: Shape) -> list[Message]:
         return []
     z = cfg.zero
     grad_bytes = shape.stage_params * shape.grad_bits / 8
-    out = _buckets("dp", "all_reduce", grad_bytes, z.reduce_bucket_size, shape.grad_bits, dp)
+    op = "reduce_to_owners" if z.reduce_to_owner else "all_reduce"
+    out = _buckets("dp", op, grad_bytes, z.reduce_bucket_size, shape.grad_bits, dp)
     if z.stage >= 1:
         weight_bytes = shape.stage_params * shape.act_bits / 8
         out += _buckets("zero", "all_gather", weight_bytes, z.allgather_bucket_size,
