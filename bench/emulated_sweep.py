@@ -5,6 +5,7 @@ what the uplinks carried; every point is one run of experiment emulated_sweep.
 Needs root + iproute2; run it alone (it is heavy, about 15 minutes with the defaults):
     .venv/bin/python bench/emulated_sweep.py --rates none 1000 200 40 10
     .venv/bin/python bench/emulated_sweep.py --layout 4x1 --rates none 40
+    .venv/bin/python bench/emulated_sweep.py --layout 4x1-owner --rates 200 40
 Appends to results/tables/emulated_sweep.sweep.csv (a row per layout, rate and scheme; a
 point measured again replaces its row), then `make figures EXP=emulated_sweep` draws it.
 
@@ -30,6 +31,9 @@ SCHEMES = ("none", "naive", "zhybrid", "mzhybrid")
 LAYOUTS = {  # name -> overrides of experiment emulated_sweep
     "2x2": [],  # TP=2 inside a node, DP=2 across 2 nodes (2 ranks share an uplink)
     "4x1": ["cluster.nodes=4", "cluster.ranks_per_node=1", "parallel.tp=1"],  # DP=4
+    # the same, ZeRO-1 gradients reduced to their owners (zero.reduce_to_owner)
+    "4x1-owner": ["cluster.nodes=4", "cluster.ranks_per_node=1", "parallel.tp=1",
+                  "zero.reduce_to_owner=true"],
 }
 STEP_OPS = ("all_reduce", "reduce", "all_gather", "all_to_all")  # prefixes: reduce_scatter too
 TABLE = Path("tables") / "emulated_sweep.sweep.csv"

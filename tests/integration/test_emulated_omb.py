@@ -26,7 +26,8 @@ SIZE = 1 << 20
 def test_gloo_allreduce_between_emulated_nodes_runs_at_the_shaped_rate(tmp_path):
     proc, run_dir = run_experiment(
         "emulated_omb", tmp_path, "cluster.emulated.prefix=nxtomb", "launch.timeout_s=120",
-        f"cluster.emulated.inter.rate_mbit={RATE_MBIT}", f"microbench.max_size={SIZE}",
+        f"cluster.emulated.inter.rate_mbit={RATE_MBIT}", "microbench.benchmarks=[allreduce]",
+        f"microbench.max_size={SIZE}",
         "microbench.iterations=3", "microbench.warmup=1", timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = em.read_omb(run_dir)

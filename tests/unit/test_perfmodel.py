@@ -202,7 +202,8 @@ def test_alpha_beta_fit_recovers_known_parameters():
                 for s in sizes]
 
     sweeps = [("allreduce", 4, rows(6, 1.5, 2.0), 2.0), ("allreduce", 2, rows(2, 1.0, 1.0), 1.0),
-              ("latency", 2, rows(1, 1.0, 3.0), 3.0)]
+              ("latency", 2, rows(1, 1.0, 3.0), 3.0),
+              ("allgather", 4, rows(3, 3.0, 1.0), 1.0)]  # 3 peers' blocks of size s
     sweeps[2] = ("latency", 2, [{"size": s, "avg_us": (5e-6 + s / bw) * 3.0 * 1e6}
                                 for s in sizes], 3.0)  # p2p: a cheaper latency of its own
     fit = fit_alpha_beta(sweeps)

@@ -1,5 +1,6 @@
 """The performance model on an emulated cluster: the uplink's alpha-beta fitted from gloo
-all-reduce sweeps run inside the namespaces, the rest from the local profile.
+all-reduce and all-gather sweeps (up to 4 MiB) run inside the namespaces, the rest from the
+local profile.
 
 An uplink shaped to R Mbit/s carries at most R/8 MB/s per direction; TCP/IP headers and the
 token bucket take a share of it, so the link model is
@@ -34,15 +35,19 @@ from neoxlab.perfmodel.resolve import resolve_profile
 UNSHAPED = "none"
 
 
+FIT_BENCHMARKS = ("allreduce", "allgather")  # what training sends between nodes
+
+
 def read_omb(run_dir: Path) -> list[dict]:
-    """The all-reduce rows rank 0 wrote (omb.jsonl of an emulated_omb run)."""
+    """The all-reduce and all-gather rows rank 0 wrote (omb.jsonl of an emulated_omb run)."""
     lines = (run_dir / "omb.jsonl").read_text().splitlines()
-    return [r for r in map(json.loads, lines) if r["benchmark"] == "allreduce"]
+    return [r for r in map(json.loads, lines) if r["benchmark"] in FIT_BENCHMARKS]
 
 
 def fit_rate(rows: list[dict]) -> LinkProfile:
-    """alpha-beta of one rate's sweep (2 ranks, one per node)."""
-    return fit_alpha_beta([("allreduce", 2, rows, 1.0)])
+    """alpha-beta of one rate's sweeps (2 ranks, one per node), every benchmark at once."""
+    return fit_alpha_beta([(b, 2, [r for r in rows if r["benchmark"] == b], 1.0)
+                           for b in FIT_BENCHMARKS])
 
 
 @dataclass(frozen=True)

@@ -12,19 +12,21 @@ def steps_and_bytes(benchmark: str, n: int, size: float) -> tuple[float, float]:
     """The model's (message steps, bytes through the link) of one omb operation."""
     if benchmark == "allreduce":
         return 2 * (n - 1), 2 * (n - 1) / n * size
+    if benchmark == "allgather":  # size: each rank's block (OSU's convention)
+        return n - 1, (n - 1) * size
     return 1, size  # latency: one-way time of a ping-pong
 
 
 def fit_alpha_beta(sweeps: list[tuple[str, int, list[dict], float]]) -> LinkProfile:
-    """alpha and B by least squares over every row of the all-reduce sweeps, t = steps
-    alpha + bytes / B; the p2p alpha as the median over the latency rows of t - bytes / B.
-    Times are divided by their sweep's stretch (runnable / on-core time) first."""
+    """alpha and B by least squares over every row of the all-reduce and all-gather
+    sweeps, t = steps alpha + bytes / B; the p2p alpha as the median over the latency rows
+    of t - bytes / B. Times are divided by their sweep's stretch (runnable / on-core time) first."""
     a, b, p2p = [], [], []
     for benchmark, n, rows, k in sweeps:
         for row in rows:
             t = row["avg_us"] * 1e-6 / k
             steps, nbytes = steps_and_bytes(benchmark, n, row["size"])
-            if benchmark == "allreduce":
+            if benchmark in ("allreduce", "allgather"):
                 a.append([steps, nbytes])
                 b.append(t)
             else:
