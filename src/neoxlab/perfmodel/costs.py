@@ -51,6 +51,10 @@ class Cost:
 ZERO = Cost(0.0, 0.0)
 
 
+# ops whose every call moves one 1/group part of the message (the caller's tensor is a part)
+PARTED_OPS = ("all_gather", "reduce_to_owners")
+
+
 def wire(link: LinkProfile, steps: float, nbytes: float, p2p: bool = False) -> float:
     """`steps` message latencies plus `nbytes` through the rank's share of the link."""
     alpha = link.p2p_latency_us if p2p and link.p2p_latency_us is not None else link.latency_us
@@ -61,7 +65,7 @@ def plain(msg: Message, link: LinkProfile) -> float:
     n, m = msg.group, msg.nbytes
     if msg.op == "all_reduce":
         return wire(link, 2 * (n - 1), 2 * (n - 1) / n * m)
-    if msg.op in ("all_gather", "reduce_to_owners"):
+    if msg.op in PARTED_OPS:
         return wire(link, n - 1, (n - 1) / n * m)
     return wire(link, 1, m, p2p=True)
 
@@ -103,8 +107,7 @@ def message_cost(msg: Message, link: LinkProfile, codec: Codec | None) -> Cost:
     """One call; compressed only when the dimension has a codec and the message is big enough
     (the patch compares the caller's tensor, a part for all-gathers and reduces to owners,
     with min_bytes)."""
-    shard = msg.nbytes / msg.group if msg.op in ("all_gather", "reduce_to_owners") \
-        else msg.nbytes
+    shard = msg.nbytes / msg.group if msg.op in PARTED_OPS else msg.nbytes
     if codec is None or shard < codec.min_bytes:
         return Cost(plain(msg, link), 0.0)
     return compressed(msg, link, codec)

@@ -28,26 +28,23 @@ from neoxlab.config import Config
 from neoxlab.config.compose import compose_experiment
 from neoxlab.config.profile import CodecProfile, LinkProfile, PerfProfile
 from neoxlab.layout import resolve_layout
-from neoxlab.perfmodel.fit import fit_alpha_beta
+from neoxlab.perfmodel.fit import BANDWIDTH_BENCHMARKS, fit_alpha_beta
 from neoxlab.perfmodel.predict import Prediction, _predict
 from neoxlab.perfmodel.resolve import resolve_profile
 
 UNSHAPED = "none"
 
 
-FIT_BENCHMARKS = ("allreduce", "allgather")  # what training sends between nodes
-
-
 def read_omb(run_dir: Path) -> list[dict]:
     """The all-reduce and all-gather rows rank 0 wrote (omb.jsonl of an emulated_omb run)."""
     lines = (run_dir / "omb.jsonl").read_text().splitlines()
-    return [r for r in map(json.loads, lines) if r["benchmark"] in FIT_BENCHMARKS]
+    return [r for r in map(json.loads, lines) if r["benchmark"] in BANDWIDTH_BENCHMARKS]
 
 
 def fit_rate(rows: list[dict]) -> LinkProfile:
     """alpha-beta of one rate's sweeps (2 ranks, one per node), every benchmark at once."""
     return fit_alpha_beta([(b, 2, [r for r in rows if r["benchmark"] == b], 1.0)
-                           for b in FIT_BENCHMARKS])
+                           for b in BANDWIDTH_BENCHMARKS])
 
 
 @dataclass(frozen=True)

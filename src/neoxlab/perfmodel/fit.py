@@ -7,6 +7,8 @@ import numpy as np
 
 from neoxlab.config.profile import LinkProfile
 
+BANDWIDTH_BENCHMARKS = ("allreduce", "allgather")  # fit alpha and B; "latency" fits p2p alpha
+
 
 def steps_and_bytes(benchmark: str, n: int, size: float) -> tuple[float, float]:
     """The model's (message steps, bytes through the link) of one omb operation."""
@@ -26,7 +28,7 @@ def fit_alpha_beta(sweeps: list[tuple[str, int, list[dict], float]]) -> LinkProf
         for row in rows:
             t = row["avg_us"] * 1e-6 / k
             steps, nbytes = steps_and_bytes(benchmark, n, row["size"])
-            if benchmark in ("allreduce", "allgather"):
+            if benchmark in BANDWIDTH_BENCHMARKS:
                 a.append([steps, nbytes])
                 b.append(t)
             else:
