@@ -9,7 +9,7 @@
 # printed and copied under $OUT. Other helpers: append your checks as numbered sections,
 # each short; the whole script must stay under 8 minutes.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-/tmp/device-check}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 TRITON_INTERPRET=0
@@ -24,9 +24,11 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$OUT/gpu.t
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__,
 'cuda', torch.cuda.is_available())" | tee -a "$OUT/gpu.txt"
 
-echo "== 1. codecs on CUDA: bytes and values equal the CPU reference (fused Triton kernels)"
+echo "== 1. codecs on CUDA: bytes and values equal the CPU reference (fused Triton kernels);"
+echo "   the side stream's event ordering"
 timeout 300 python3 -m pytest -q -p no:cacheprovider --basetemp=/tmp/pt-device \
-  tests/unit/test_fixed_payloads.py tests/unit/test_compressors.py -k cuda 2>&1 \
+  tests/unit/test_fixed_payloads.py tests/unit/test_compressors.py \
+  tests/unit/test_side_stream.py -k "cuda or side_stream" 2>&1 \
   | tee "$OUT/codec_tests.txt" || status=1
 
 echo "== 2. codec throughput as a ratio to a device-to-device copy (64 MiB fp32)"
@@ -34,7 +36,8 @@ timeout 180 python3 bench/device_codecs.py --mib 64 --repeats 10 2>&1 \
   | tee "$OUT/codec_speed.txt" || status=1
 
 echo "== 3. compressed collectives on one NCCL rank, strict-device mode (every op, fixed and"
-echo "   data-dependent codecs; a CPU tensor anywhere in the path fails); phases by CUDA events"
+echo "   data-dependent codecs; a CPU tensor anywhere in the path fails); phases by CUDA events;"
+echo "   then a compressed all-reduce on the side stream beside matmuls vs both on one stream"
 timeout 180 python3 bench/device_check_collectives.py 2>&1 \
   | tee "$OUT/collectives.txt" || status=1
 

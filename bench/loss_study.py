@@ -87,13 +87,18 @@ def main() -> int:
     args = parser.parse_args()
     args.results = args.results.resolve()
     done = finished_runs(args.results, args.steps) if args.from_runs else {}
+    if not args.from_runs:  # seed by seed, so a study cut short still has every scheme
+        for seed in args.seeds:
+            for scheme in args.schemes:
+                done[(scheme, seed)] = run(scheme, seed, args)
+                print(f"ran {scheme} seed {seed}: {done[(scheme, seed)].name}", flush=True)
     rows, curves = [], {}
     for scheme in args.schemes:
         per_seed = []
         for seed in args.seeds:
-            if args.from_runs and (scheme, seed) not in done:
+            if (scheme, seed) not in done:
                 continue
-            run_dir = done[(scheme, seed)] if args.from_runs else run(scheme, seed, args)
+            run_dir = done[(scheme, seed)]
             loss = np.array([json.loads(line)["loss"] for line in
                              (run_dir / "metrics.jsonl").read_text().splitlines()])
             s = smooth(loss)

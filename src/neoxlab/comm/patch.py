@@ -22,6 +22,7 @@ from neoxlab.comm import strict
 from neoxlab.comm.accounting import Accountant
 from neoxlab.comm.classify import Classifier
 from neoxlab.comm.policy import DimPolicy
+from neoxlab.comm.side_stream import SideStreams, caller_tensors
 
 TORCH_OPS = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor",
              "broadcast", "send", "recv", "reduce_scatter", "all_to_all_single", "reduce",
@@ -63,6 +64,7 @@ class CompressionPatch:
         self._loss_scale: float | None = None  # fp16 loss scale the residuals are scaled by
         self._plain_calls: dict[tuple[str, str], int] = {}
         self.installed: list[tuple[object, str, object]] = []
+        self.side = SideStreams()  # CUDA: compressed collectives overlap the caller's stream
 
     # ---- training-loop hooks and checkpoint state ----------------------------------------
     def begin_step(self, loss_scale: float | None = None) -> None:
@@ -174,8 +176,12 @@ class CompressionPatch:
         if not compress:
             return self._plain(name, original, a, dim, nbytes, group_size, via_ds, tensor,
                                members)
-        with strict.payload_device(tensor.device, self.strict):
-            cost = getattr(self, f"_{name}")(policy, a, group_size)
+        def compressed() -> cc.Cost:
+            with strict.payload_device(tensor.device, self.strict):
+                return getattr(self, f"_{name}")(policy, a, group_size)
+
+        cost, work = self.side.run(tensor.device, compressed, caller_tensors(a),
+                                   a.get("async_op", False))
         self.accountant.record(
             dim, name, bytes_in=nbytes, bytes_out=cost.bytes_out, comm_s=cost.comm_s,
             group_size=group_size, compressor=policy.compressor.describe(),
@@ -183,9 +189,7 @@ class CompressionPatch:
             pending=cost,
             ranks=members,
         )
-        # the work ran on the caller's stream, so it is already ordered before whatever the
-        # caller queues after wait(): an async caller gets a finished Work
-        return CompletedWork() if a.get("async_op", False) else None
+        return work
 
     def _plain(self, name: str, original, a: dict, dim: str, nbytes: int, group_size: int,
                via_ds: bool, tensor: torch.Tensor | None, members: tuple[int, ...]):
@@ -266,20 +270,6 @@ class CompressionPatch:
 
     def _recv(self, policy: DimPolicy, a: dict, n: int) -> cc.Cost:
         return cc.recv(self.raw, policy.compressor, a["tensor"], a["src"], a.get("group"))
-
-
-class CompletedWork(dist.Work):
-    """The handle of an async collective that the patch ran to completion on the caller's
-    stream: wait() has nothing left to order."""
-
-    def wait(self, timeout=None) -> bool:
-        return True
-
-    def is_completed(self) -> bool:
-        return True
-
-    def is_success(self) -> bool:
-        return True
 
 
 def _deepspeed_wrapper(original):
