@@ -56,11 +56,12 @@ def test_failing_rank_under_slurm_fails_the_job_with_its_error(requires_slurm, r
 def test_job_at_its_time_limit_checkpoints_requeues_and_completes(requires_slurm, results_dir):
     """A 3-minute job gets Slurm's USR1 (B:, the batch shell) 90 s before its limit: the
     ranks see the stop request, checkpoint and exit 85, `jobstep end` resubmits the job
-    script, the next job resumes; until all steps ran. Sized for this 2-core machine: about
-    20 s of start-up and 5-6 steps/s, so the first job ends near step 400 of 600."""
-    steps = 600
+    script, the next job resumes; until all steps ran. The first job is held after step
+    20 (launch.hold_step) until the signal, so it ends there however fast the machine is,
+    and the second job finishes the other 40 steps."""
+    steps, held = 60, 20
     assert main(["experiment=local_slurm", f"train.steps={steps}", "cluster.walltime=3",
-                 "launch.warn_before_s=90", "launch.requeue=6",
+                 "launch.warn_before_s=90", "launch.requeue=6", f"launch.hold_step={held}",
                  f"launch.results_dir={results_dir}"]) == 0
     (first,) = manifest.read(results_dir, "local_slurm")
     run_dir = results_dir / "local_slurm" / first["run_id"]
@@ -78,7 +79,8 @@ def test_job_at_its_time_limit_checkpoints_requeues_and_completes(requires_slurm
     status = read_status(run_dir)
     assert status["state"] == "completed", (status, jobs)
     assert state == "COMPLETED"
-    assert len(jobs) >= 2, "the first job was expected to reach its time limit"
+    assert len(jobs) == 2, "the first job was expected to reach its time limit, once"
+    assert status["attempts"][0]["reason"].startswith(f"preempted: SIGUSR1 after step {held};")
     assert [j["requeue_of"] for j in jobs[1:]] == [j["job_id"] for j in jobs[:-1]]
     reasons = [a.get("reason") for a in status["attempts"]]
     assert len(status["attempts"]) == len(jobs) and reasons[-1] == "completed", reasons

@@ -106,6 +106,8 @@ def test_prune_never_touches_anything_newer_than_the_newest_usable(tmp_path):
          "not a checkpoint step"),
         ({"checkpoint_every": 2}, {"kill_during_checkpoint": 2, "kill_rank": 8},
          "launch.kill_rank=8"),
+        ({"steps": 6}, {"hold_step": 6}, "launch.hold_step=6 is not a step before the last"),
+        ({"steps": 6}, {"hold_step": 0}, "launch.hold_step=0 is not a step before the last"),
     ],
 )
 def test_bad_checkpoint_settings_are_named(train, launch, needle):
@@ -122,6 +124,7 @@ def test_good_checkpoint_settings_pass():
     cfg = Config()
     cfg.train.checkpoint_every, cfg.train.steps = 2, 6
     cfg.launch.kill_during_checkpoint, cfg.launch.kill_rank = 4, 7
+    cfg.launch.hold_step = 5
     assert validate_checkpointing(cfg, world=8) == []
 
 

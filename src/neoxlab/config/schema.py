@@ -217,6 +217,7 @@ class LaunchConfig:
     fail_step: int = 1
     kill_during_checkpoint: int | None = None  # kill_rank SIGKILLs itself writing this step's
     kill_rank: int = 0  # checkpoint (after DeepSpeed's files, halfway through its own)
+    hold_step: int | None = None  # after this step every rank waits for a stop request
     requeue: int = 0  # cluster jobs resubmit themselves up to this many times at walltime
     warn_before_s: int = 300  # the scheduler's pre-walltime signal: time left to checkpoint
 

@@ -32,6 +32,8 @@ from neoxlab.train.data import TokenWindows, micro_batches
 from neoxlab.train.preemption import StopSignals, signal_name, stop_request_file
 from neoxlab.train.reporting import StepReporter
 
+HOLD_POLL_S = 0.5  # launch.hold_step: how often the held ranks ask whether to stop
+
 
 class InjectedFailure(RuntimeError):
     """Raised on purpose (launch.fail_rank) to test the failure path."""
@@ -207,6 +209,9 @@ def train(cfg: Config, run_dir: Path, rank: int, terminal: TextIO | None) -> Non
                 raise InjectedFailure(f"injected failure on rank {rank} at step {step}")
             runner.step(step)
             signum = stop.agreed() if step < t.steps else 0
+            while fresh and step == launch.hold_step and not signum:
+                time.sleep(HOLD_POLL_S)  # a job held until its scheduler's stop signal
+                signum = stop.agreed()
             if signum or (t.checkpoint_every and step % t.checkpoint_every == 0):
                 die = fresh and launch.kill_during_checkpoint == step and launch.kill_rank == rank
                 path = checkpoint_io.save(

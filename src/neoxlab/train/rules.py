@@ -54,6 +54,12 @@ def validate_checkpointing(cfg: Config, world: int) -> list[str]:
             f"train.keep_checkpoints={t.keep_checkpoints} must be >= 1: resuming needs the "
             "newest complete checkpoint; use 1 or more"
         )
+    h = launch.hold_step
+    if h is not None and not 1 <= h < t.steps:
+        errors.append(
+            f"launch.hold_step={h} is not a step before the last (1..{t.steps - 1} for "
+            f"train.steps={t.steps}); pick one of them or null"
+        )
     k = launch.kill_during_checkpoint
     if k is not None:
         every = t.checkpoint_every
