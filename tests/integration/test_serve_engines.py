@@ -76,6 +76,9 @@ def test_every_engine_matches_sequential_and_transformers_generate(hf_dir, trace
     # chunked prefill: prompts of 3-9 tokens in pieces of <= 4, mixed into decode steps
     runs.update({f"{name} chunked": _serve(model, name, trace, chunk=4)
                  for name in ("fused", "fused_noreorder", "sequential")})
+    # 10 slots: decode steps of 8+ rows, which run on the prepacked weights (serve.packed_linear)
+    runs["fused, 10 slots"] = _serve(model, "fused", trace, slots=10)
+    assert model.linear.packs, "the prepacked products were not used"
     expected = [r["tokens"] for r in runs["sequential"].records]
     assert [len(t) for t in expected] == [r.max_new_tokens for r in trace]
     for name, run in runs.items():

@@ -8,7 +8,8 @@ over a whole sequence. Logits are vocab-parallel; they are gathered so every TP 
 the same token.
 
 At TP=1 the forward runs by default on the lean path: plain torch ops (F.linear,
-F.layer_norm) on the very same parameter tensors, rotary applied to Q and K in one op,
+F.layer_norm) on the very same parameter tensors, on the CPU with prepacked weights
+(serve.packed_linear, neoxlab.serve.packed_linear), rotary applied to Q and K in one op,
 rotary tables and the causal bias built once and sliced. megatron-core's parallel layers
 cost a Python autograd function and extra ops per call, which at decode sizes is a large
 share of a step (bench/serve_profile.py shows the split). TP>1 keeps megatron's layers.
@@ -27,9 +28,12 @@ from neoxlab.config import ModelConfig
 from neoxlab.model.layers import TransformerLayer, head_dim, rotary_dim
 from neoxlab.model.pipe import layer_specs
 from neoxlab.model.rotary import rotary_tables
+from neoxlab.serve import packed_linear
 from neoxlab.serve.cache import KVCache
+from neoxlab.serve.packed_linear import PackedLinear
 
 Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+Linear = Callable[..., torch.Tensor]  # F.linear's signature
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,8 @@ class ServeModel(torch.nn.Module):
         self.source = "random"  # where the weights came from (set by serve.weights)
         self.num_layers = model.num_layers
         self.lean = tp == 1  # plain-op forward (serve.lean_decode); TP>1 needs megatron's
+        self.linear: Linear = F.linear
+        self.use_packed_linear(True)
         cos, sin = rotary_tables(max_seq_len, rotary_dim(model), model.rotary_emb_base,
                                  torch.float32, torch.device("cpu"))
         self.register_buffer("rotary_cos", cos, persistent=False)
@@ -62,6 +68,11 @@ class ServeModel(torch.nn.Module):
         # additive causal bias: row p allows keys 0..p; a decode step slices rows by position
         causal = torch.full((max_seq_len, max_seq_len), float("-inf")).triu(1)
         self.register_buffer("causal_bias", causal, persistent=False)
+
+    def use_packed_linear(self, on: bool) -> None:
+        """serve.packed_linear: the lean path's products with prepacked weights (oneDNN,
+        where this torch has it; on the CPU only, from packed_linear.MIN_ROWS rows)."""
+        self.linear = PackedLinear() if on and packed_linear.available() else F.linear
 
     def blocks(self) -> list[TransformerLayer]:
         return [getattr(self, str(i)) for i in range(1, self.num_layers + 1)]
@@ -107,16 +118,15 @@ class ServeModel(torch.nn.Module):
         x = x + attn
         return x + layer.mlp(layer.post_attention_layernorm(x))
 
-    @staticmethod
-    def _lean_block(i: int, layer: TransformerLayer, x: torch.Tensor, cos: torch.Tensor,
+    def _lean_block(self, i: int, layer: TransformerLayer, x: torch.Tensor, cos: torch.Tensor,
                     sin: torch.Tensor, attend: Attend) -> torch.Tensor:
         """The same block in plain ops on the same weights (TP=1): fused QKV projection, one
         rotary op for Q and K together, q/k/v as views of the QKV output."""
-        att, mlp = layer.attention, layer.mlp
+        att, mlp, linear = layer.attention, layer.mlp, self.linear
         ln1, ln2 = layer.input_layernorm, layer.post_attention_layernorm
         b, s, h = x.shape
         attn_in = F.layer_norm(x, ln1.normalized_shape, ln1.weight, ln1.bias, ln1.eps)
-        qkv = F.linear(attn_in, att.query_key_value.weight, att.query_key_value.bias)
+        qkv = linear(attn_in, att.query_key_value.weight, att.query_key_value.bias)
         qkv = qkv.view(b, s, att.heads_local, 3, att.head_dim)  # GPT-NeoX: per head q|k|v
         rot = cos.shape[-1]
         if rot:
@@ -127,12 +137,12 @@ class ServeModel(torch.nn.Module):
                                       rotated * sin[:, :, None, None])
         q, k, v = qkv.transpose(1, 2).unbind(3)  # each [b, heads, s, head_dim]
         context = attend(i, q, k, v).transpose(1, 2).reshape(b, s, h)
-        attn = F.linear(context, att.dense.weight, att.dense.bias)
+        attn = linear(context, att.dense.weight, att.dense.bias)
 
         def ffn(y: torch.Tensor) -> torch.Tensor:
             y = F.layer_norm(y, ln2.normalized_shape, ln2.weight, ln2.bias, ln2.eps)
-            y = F.gelu(F.linear(y, mlp.dense_h_to_4h.weight, mlp.dense_h_to_4h.bias))
-            return F.linear(y, mlp.dense_4h_to_h.weight, mlp.dense_4h_to_h.bias)
+            y = F.gelu(linear(y, mlp.dense_h_to_4h.weight, mlp.dense_h_to_4h.bias))
+            return linear(y, mlp.dense_4h_to_h.weight, mlp.dense_4h_to_h.bias)
 
         if layer.parallel_residual:
             return x + attn + ffn(x)
@@ -142,7 +152,7 @@ class ServeModel(torch.nn.Module):
     def _logits(self, hidden: torch.Tensor, lean: bool) -> torch.Tensor:
         """Full-vocabulary logits [..., vocab_size] on every TP rank (padding cut off)."""
         head = getattr(self, str(self.num_layers + 2))
-        local = F.linear(hidden, head.final_linear.weight) if lean else head(hidden)
+        local = self.linear(hidden, head.final_linear.weight) if lean else head(hidden)
         if self.tp > 1:
             local = gather_last_dim(local.contiguous())
         return local[..., : self.config.vocab_size].float()

@@ -1,0 +1,52 @@
+"""The lean path's linear layers with weights prepacked once for oneDNN (CPU, fp32).
+
+F.linear hands the weight to the BLAS as it is stored, and from a few rows up the BLAS
+repacks it on every call: at decode sizes that repacking costs more than the product. On
+this project's CPU a 24-row product with a 512 x 2048 weight took 0.81 ms through F.linear
+and 0.38 ms prepacked (`bench/packed_linear.py` prints the table); a fused decode step is
+mostly such products. Below MIN_ROWS rows F.linear takes a matrix-vector path that is
+faster than the packed product, so those calls (a sequential step) stay on it. A weight is
+packed at first use and again when it changes (its version counter), so weights loaded
+after the model was built are picked up.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+MIN_ROWS = 8  # from here on the packed product wins at 1 and 2 threads (bench/packed_linear.py)
+
+
+def available() -> bool:
+    """oneDNN and its prepacked linear are in this torch build."""
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn,
+                                                             "_reorder_linear_weight")
+
+
+class PackedLinear:
+    """F.linear's signature; prepacked products for fp32 host tensors of MIN_ROWS+ rows."""
+
+    def __init__(self) -> None:
+        self.packs: dict[int, tuple[torch.Tensor, int, torch.Tensor]] = {}
+
+    def __call__(self, x: torch.Tensor, weight: torch.Tensor,
+                 bias: torch.Tensor | None = None) -> torch.Tensor:
+        rows = x.numel() // x.shape[-1]
+        if rows < MIN_ROWS or x.device.type != "cpu" or x.dtype != torch.float32:
+            return F.linear(x, weight, bias)
+        return self.product(x, weight, bias)
+
+    def product(self, x: torch.Tensor, weight: torch.Tensor,
+                bias: torch.Tensor | None = None) -> torch.Tensor:
+        """The prepacked product whatever the rows (fp32 host tensors)."""
+        out = torch.ops.mkldnn._linear_pointwise(
+            x.reshape(-1, x.shape[-1]), self.packed(weight), bias, "none", [], "")
+        return out.view(*x.shape[:-1], weight.shape[0])
+
+    def packed(self, weight: torch.Tensor) -> torch.Tensor:
+        entry = self.packs.get(id(weight))
+        if entry is None or entry[0] is not weight or entry[1] != weight._version:
+            packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), MIN_ROWS)
+            entry = self.packs[id(weight)] = (weight, weight._version, packed)
+        return entry[2]

@@ -1,0 +1,47 @@
+"""The lean path's prepacked products: F.linear's results (to fp32 rounding) from
+MIN_ROWS rows on, F.linear itself below and off the CPU's fp32, and a weight changed in
+place is packed again."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from neoxlab.serve import packed_linear
+from neoxlab.serve.packed_linear import MIN_ROWS, PackedLinear
+
+pytestmark = pytest.mark.skipif(not packed_linear.available(), reason="no oneDNN in torch")
+
+
+def test_packed_products_equal_f_linear_from_min_rows():
+    torch.manual_seed(0)
+    linear = PackedLinear()
+    w, b = torch.randn(96, 64), torch.randn(96)
+    for shape in ((MIN_ROWS, 64), (3, 7, 64), (1, 40, 64)):
+        x = torch.randn(shape)
+        got = linear(x, w, b)
+        assert got.shape == (*shape[:-1], 96)
+        torch.testing.assert_close(got, F.linear(x, w, b), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(linear(x, w), F.linear(x, w), rtol=1e-5, atol=1e-5)
+    assert list(linear.packs) == [id(w)]  # one pack per weight, made once
+
+
+def test_few_rows_and_other_dtypes_take_f_linear_unchanged():
+    linear = PackedLinear()
+    w, b = torch.randn(32, 16), torch.randn(32)
+    x = torch.randn(MIN_ROWS - 1, 16)
+    assert torch.equal(linear(x, w, b), F.linear(x, w, b))
+    xb, wb = torch.randn(MIN_ROWS * 2, 16).bfloat16(), w.bfloat16()
+    assert torch.equal(linear(xb, wb), F.linear(xb, wb))
+    assert linear.packs == {}
+
+
+def test_a_weight_changed_in_place_is_packed_again():
+    linear = PackedLinear()
+    w = torch.randn(32, 16)
+    x = torch.randn(MIN_ROWS, 16)
+    first = linear(x, w)
+    with torch.no_grad():
+        w.mul_(2.0)  # e.g. checkpoint weights loaded into the built model
+    torch.testing.assert_close(linear(x, w), 2.0 * first, rtol=1e-5, atol=1e-5)
