@@ -49,6 +49,8 @@ class ServeModel(torch.nn.Module):
     """Children named by global pipeline index ("0" embedding ... "L+2" head), as in training,
     so hf_convert.load_into_pipeline and training state dicts apply unchanged."""
 
+    linear: Linear  # the lean path's products (use_packed_linear)
+
     def __init__(self, model: ModelConfig, tp: int, seed: int, max_seq_len: int):
         super().__init__()
         for index, spec in enumerate(layer_specs(model, tp)):
@@ -59,7 +61,6 @@ class ServeModel(torch.nn.Module):
         self.source = "random"  # where the weights came from (set by serve.weights)
         self.num_layers = model.num_layers
         self.lean = tp == 1  # plain-op forward (serve.lean_decode); TP>1 needs megatron's
-        self.linear: Linear = F.linear
         self.use_packed_linear(True)
         cos, sin = rotary_tables(max_seq_len, rotary_dim(model), model.rotary_emb_base,
                                  torch.float32, torch.device("cpu"))
