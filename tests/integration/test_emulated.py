@@ -85,7 +85,7 @@ def test_set_up_over_a_killed_run_then_one_percent_loss_keeps_the_losses(baselin
 
 def test_a_cut_uplink_fails_the_job_naming_the_rank_and_the_link(results):
     before = set(runs_of(results))
-    proc = start_run(results, "train.steps=500", "launch.comm_timeout_s=30",
+    proc = start_run(results, "train.steps=500", "launch.comm_timeout_s=15",
                      "launch.timeout_s=600")
     run_dir = wait_for_step(results, before, proc, 1)
     cluster.set_uplink(TOPO, 1, up=False)
