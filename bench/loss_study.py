@@ -4,7 +4,10 @@ the baseline's seed band (min..max over seeds) over the last half of training?
 
     .venv/bin/python bench/loss_study.py                  # 4 schemes x 3 seeds
     .venv/bin/python bench/loss_study.py --model neox_small --steps 300
-    .venv/bin/python bench/loss_study.py --steps 120 --from-runs     # re-read finished runs
+    .venv/bin/python bench/loss_study.py --steps 120 --from-runs     # finished runs only
+
+Finished runs (same model and step count, all steps logged) are reused, so a study that was
+stopped goes on with the runs it lacks.
 
 Writes results/tables/loss_study.curves.csv (scheme, seed, step, loss, smoothed loss) and
 prints per scheme its final loss (mean over seeds) and the share of late steps outside the
@@ -39,15 +42,18 @@ def run(scheme: str, seed: int, args) -> Path:
     return sorted((args.results / "loss_study").iterdir())[-1]
 
 
-def finished_runs(results: Path, steps: int) -> dict[tuple[str, int], Path]:
-    """(scheme, seed) -> the newest run dir of loss_study with `steps` logged steps."""
-    found = {}
-    for run_dir in sorted((results / "loss_study").iterdir()):
+def finished_runs(results: Path, steps: int, model: str) -> dict[tuple[str, int], Path]:
+    """(scheme, seed) -> the newest run dir of loss_study with `model` and `steps` logged
+    steps (a run that stopped early has fewer)."""
+    found: dict[tuple[str, int], Path] = {}
+    root = results / "loss_study"
+    for run_dir in sorted(root.iterdir()) if root.exists() else []:
         metrics = run_dir / "metrics.jsonl"
         if not metrics.exists() or len(metrics.read_text().splitlines()) != steps:
             continue
         cfg = json.loads((run_dir / "config.json").read_text())
-        found[(cfg["compression"]["scheme"], int(cfg["train"]["seed"]))] = run_dir
+        if cfg["model"]["name"] == model:
+            found[(cfg["compression"]["scheme"], int(cfg["train"]["seed"]))] = run_dir
     return found
 
 
@@ -83,15 +89,17 @@ def main() -> int:
     parser.add_argument("--model", default="neox_tiny")
     parser.add_argument("--results", type=Path, default=REPO / "results")
     parser.add_argument("--from-runs", action="store_true",
-                        help="no new runs: the finished runs of --steps steps already there")
+                        help="no new runs: the finished runs already there")
     args = parser.parse_args()
     args.results = args.results.resolve()
-    done = finished_runs(args.results, args.steps) if args.from_runs else {}
+    # finished runs are kept, so a study cut short goes on where it stopped
+    done = finished_runs(args.results, args.steps, args.model)
     if not args.from_runs:  # seed by seed, so a study cut short still has every scheme
         for seed in args.seeds:
             for scheme in args.schemes:
-                done[(scheme, seed)] = run(scheme, seed, args)
-                print(f"ran {scheme} seed {seed}: {done[(scheme, seed)].name}", flush=True)
+                if (scheme, seed) not in done:
+                    done[(scheme, seed)] = run(scheme, seed, args)
+                print(f"{scheme} seed {seed}: {done[(scheme, seed)].name}", flush=True)
     rows, curves = [], {}
     for scheme in args.schemes:
         per_seed = []
@@ -116,7 +124,9 @@ def main() -> int:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    if "none" in curves:
+    if "none" in curves and len(curves["none"]) < 2:
+        print("no verdict: the baseline's seed band needs 2 or more finished seeds of none")
+    elif "none" in curves:
         for scheme, v in verdict(curves).items():
             print(f"{scheme:<9} final {v['final']:.4f} (seed spread {v['spread']:.4f}); mean "
                   f"outside the baseline band on {v['outside_late']:.0%} of the last half: "
