@@ -12,19 +12,12 @@ count from which the packed product wins is packed_linear.MIN_ROWS.
 from __future__ import annotations
 
 import argparse
-import time
 
 import torch
 import torch.nn.functional as F
+from serve_profile import wall_ms
 
 from neoxlab.serve.packed_linear import PackedLinear
-
-
-def per_call_us(fn, repeats: int) -> float:
-    start = time.perf_counter()
-    for _ in range(repeats):
-        fn()
-    return (time.perf_counter() - start) / repeats * 1e6
 
 
 def main() -> None:
@@ -51,9 +44,8 @@ def main() -> None:
                     times = {"plain": [], "packed": []}
                     for _ in range(3):  # alternating rounds; the best of each
                         for name, fn in (("plain", F.linear), ("packed", packed.product)):
-                            fn(x, w, b)
-                            times[name].append(per_call_us(lambda fn=fn, x=x, w=w, b=b: fn(x, w, b),
-                                                           args.repeats))
+                            times[name].append(1e3 * wall_ms(
+                                lambda fn=fn, x=x, w=w, b=b: fn(x, w, b), args.repeats))
                     plain, fast = min(times["plain"]), min(times["packed"])
                     plain_sum, packed_sum = plain_sum + plain, packed_sum + fast
                     cells.append(f"{plain:6.0f}/{fast:6.0f} {plain / fast:4.2f}x")

@@ -30,7 +30,6 @@ from neoxlab.model.pipe import layer_specs
 from neoxlab.model.rotary import rotary_tables
 from neoxlab.serve import packed_linear
 from neoxlab.serve.cache import KVCache
-from neoxlab.serve.packed_linear import PackedLinear
 
 Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 Linear = Callable[..., torch.Tensor]  # F.linear's signature
@@ -73,7 +72,8 @@ class ServeModel(torch.nn.Module):
     def use_packed_linear(self, on: bool) -> None:
         """serve.packed_linear: the lean path's products with prepacked weights (oneDNN,
         where this torch has it; on the CPU only, from packed_linear.MIN_ROWS rows)."""
-        self.linear = PackedLinear() if on and packed_linear.available() else F.linear
+        fast = on and packed_linear.available()
+        self.linear = packed_linear.PackedLinear() if fast else F.linear
 
     def blocks(self) -> list[TransformerLayer]:
         return [getattr(self, str(i)) for i in range(1, self.num_layers + 1)]
