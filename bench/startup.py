@@ -1,6 +1,7 @@
 """Time from `python -m neoxlab experiment=local_3d` to the first training step, by phase.
 
-    python bench/startup.py [--vary rank_start|wandb] [--quick] [--rounds 2] [--steps 30]
+    python bench/startup.py [--vary rank_start|prestart|wandb] [--quick] [--rounds 2]
+                            [--steps 30]
 
 Why: `make run` is the researcher's inner loop; start-up dominates short local runs, and
 the phases say where to cut. After one untimed warm-up run (page cache), each round runs
@@ -8,6 +9,8 @@ the real entry point twice, back to back, in two modes (the order alternates by 
 their difference is the cost of one choice under the same machine load:
   --vary rank_start  ranks exec'd (a fresh interpreter each) vs forked from the fork server
                      (launch.rank_start; wandb disabled in both)
+  --vary prestart    the same command line through neoxlab.cli (no spare fork server)
+                     vs `python -m neoxlab` (a spare started before the launcher's imports)
   --vary wandb       wandb disabled vs offline (the default)
 Phases, all wall clock on this host:
 
@@ -36,18 +39,24 @@ from pathlib import Path
 
 from neoxlab.run import rundir
 
+ENTRY = ["-m", "neoxlab"]  # __main__: prestarts a spare fork server
+CLI_ONLY = ["-c", "import sys; from neoxlab.cli import main; sys.exit(main(sys.argv[1:]))"]
+NO_WANDB = ["logger.wandb=disabled"]
+# mode -> (interpreter arguments, overrides)
 MODES = {
-    "rank_start": {"exec": ["launch.rank_start=exec", "logger.wandb=disabled"],
-                   "forkserver": ["launch.rank_start=forkserver", "logger.wandb=disabled"]},
-    "wandb": {"disabled": ["logger.wandb=disabled"], "offline": ["logger.wandb=offline"]},
+    "rank_start": {"exec": (ENTRY, ["launch.rank_start=exec", *NO_WANDB]),
+                   "forkserver": (ENTRY, ["launch.rank_start=forkserver", *NO_WANDB])},
+    "prestart": {"cli": (CLI_ONLY, NO_WANDB), "spare": (ENTRY, NO_WANDB)},
+    "wandb": {"disabled": (ENTRY, NO_WANDB), "offline": (ENTRY, ["logger.wandb=offline"])},
 }
 RUN_DIR_PREFIX = "[neoxlab] run dir: "
 
 
-def run_once(steps: int, overrides: list[str], results: Path,
+def run_once(steps: int, mode: tuple[list[str], list[str]], results: Path,
              timeout: int) -> dict[str, float]:
     """Run the entry point once; phase times in seconds and steady samples/s."""
-    cmd = [sys.executable, "-m", "neoxlab", "experiment=local_3d", f"train.steps={steps}",
+    entry, overrides = mode
+    cmd = [sys.executable, *entry, "experiment=local_3d", f"train.steps={steps}",
            *overrides, f"launch.results_dir={results}"]
     log = results / f"bench-{time.time():.3f}.log"
     t0 = time.time()

@@ -53,10 +53,9 @@ def server(tmp_path_factory):
     toy_dir = tmp_path_factory.mktemp("toy")
     (toy_dir / "toy_rank.py").write_text(TOY)
     env = dict(os.environ, PYTHONPATH=f"{toy_dir}{os.pathsep}{REPO_ROOT / 'src'}")
-    address = forkserver.new_address()
-    proc = forkserver.start(address, ["json"], env, toy_dir / "forkserver.log")
-    yield address, env, proc
-    forkserver.stop(proc, address)
+    server = forkserver.start(["json"], env, toy_dir / "forkserver.log")
+    yield server.address, env, server.proc
+    server.stop()
 
 
 def _job(server, out: Path, mode: str, ranks: int = 2) -> subprocess.Popen:
@@ -128,12 +127,73 @@ def test_ranks_die_with_their_killed_job(server, tmp_path):
 def test_server_ends_and_removes_its_socket_when_its_launcher_goes(tmp_path):
     """A launcher killed with SIGKILL cannot stop its server: the server sees its stdin pipe
     close, removes its socket file and exits."""
-    address = forkserver.new_address()
-    proc = forkserver.start(address, [], dict(os.environ), tmp_path / "forkserver.log")
+    server = forkserver.start([], dict(os.environ), tmp_path / "forkserver.log")
     try:
-        assert Path(address).exists()
-        proc.stdin.close()  # what the launcher's death does to the pipe
-        assert proc.wait(timeout=30) == 0
-        assert not Path(address).exists()
+        assert Path(server.address).exists()
+        server.proc.stdin.close()  # what the launcher's death does to the pipe
+        assert server.proc.wait(timeout=30) == 0
+        assert not Path(server.address).exists()
     finally:
-        forkserver.stop(proc, address)
+        server.stop()
+
+
+STACK_MODULE = "import sys; print('stack imported', file=sys.stderr)\n"
+WARM_MODULE = """
+import os, sys
+print("warm imported with TOY_TASK=" + os.environ.get("TOY_TASK", "unset"), file=sys.stderr)
+"""
+
+
+def test_a_spare_imports_its_stack_first_then_takes_the_tasks_env_path_and_log(
+        tmp_path, monkeypatch):
+    """prestart: the spare imports its stack with the launcher's environment; the launch's
+    start() takes it, and the warm imports then see the task's environment, its PYTHONPATH
+    entries are importable (the ranks' module lives there) and the run's log holds what the
+    spare logged before it had a task; its temporary log goes with it."""
+    stack_dir, toy_dir = tmp_path / "stack", tmp_path / "toy"
+    stack_dir.mkdir()
+    toy_dir.mkdir()
+    (stack_dir / "toy_stack.py").write_text(STACK_MODULE)
+    (toy_dir / "toy_warm.py").write_text(WARM_MODULE)
+    (toy_dir / "toy_rank.py").write_text(TOY)
+    src = str(REPO_ROOT / "src")
+    monkeypatch.setenv("PYTHONPATH", f"{stack_dir}{os.pathsep}{src}")
+    forkserver.prestart(["toy_stack"])
+    spare = forkserver._spare
+    temporary_log = spare.log
+    env = dict(os.environ, PYTHONPATH=f"{toy_dir}{os.pathsep}{src}", TOY_TASK="yes")
+    log = tmp_path / "forkserver.log"
+    server = forkserver.start(["toy_warm"], env, log)
+    try:
+        assert server is spare and forkserver._spare is None  # taken, not started anew
+        out = tmp_path / "job"
+        job = _job((server.address, env, server.proc), out, "ok")
+        output, _ = job.communicate(timeout=60)
+        assert job.returncode == 0, output  # toy_rank was found on the task's PYTHONPATH
+        assert {f["parent"] for f in _facts(out, 2)} == {server.proc.pid}
+        text = log.read_text()
+        assert "stack imported" in text, text
+        assert "warm imported with TOY_TASK=yes" in text, text
+        assert text.index("stack imported") < text.index("warm imported")
+    finally:
+        server.stop()
+    assert temporary_log != log and not temporary_log.exists()
+    assert not Path(server.address).exists()
+
+
+def test_an_unused_spare_is_stopped_when_its_process_exits(tmp_path):
+    """A launcher that launches nothing (a submission, a refused config) leaves no server."""
+    code = ("from neoxlab.run import forkserver; forkserver.prestart(['json']); "
+            "print(forkserver._spare.proc.pid, forkserver._spare.address, flush=True)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, env=dict(os.environ, PYTHONPATH=str(REPO_ROOT / "src")))
+    assert done.returncode == 0, done.stderr
+    pid, address = done.stdout.split()
+    try:
+        spare = psutil.Process(int(pid))
+    except psutil.NoSuchProcess:
+        spare = None
+    if spare is not None:
+        gone, alive = psutil.wait_procs([spare], timeout=30)
+        assert not alive, "the spare outlived the process that started it"
+    assert not Path(address).exists()

@@ -26,7 +26,7 @@ def test_omb_collectives_experiment_writes_validated_rows(results_dir):
 
 
 def test_bad_microbench_option_is_refused_before_anything_starts(results_dir):
-    from neoxlab.__main__ import main
+    from neoxlab.cli import main
 
     code = main(["experiment=omb_latency", "microbench.max_size=1000",
                  f"launch.results_dir={results_dir}"])

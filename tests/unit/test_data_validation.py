@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from neoxlab.__main__ import main
+from neoxlab.cli import main
 from neoxlab.config.compose import compose_experiment
 from neoxlab.train.rules import validate_data
 

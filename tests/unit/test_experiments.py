@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from neoxlab.__main__ import main
+from neoxlab.cli import main
 from neoxlab.config.compose import compose_experiment, list_experiments
 from neoxlab.run import resume, rundir
 

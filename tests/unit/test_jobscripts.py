@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from neoxlab.__main__ import main
+from neoxlab.cli import main
 from neoxlab.config import ConfigError
 from neoxlab.config.check import check
 from neoxlab.config.compose import compose_experiment

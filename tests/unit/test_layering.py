@@ -31,8 +31,8 @@ LAYERS: dict[str, int] = {
     "neoxlab.launch": 5,
     # 6: the top: every rule, planning, resume/status, entry points and tools
     "neoxlab.config.check": 6, "neoxlab.run.plan": 6, "neoxlab.run.resume": 6,
-    "neoxlab.run.status": 6, "neoxlab.__main__": 6, "neoxlab.perfmodel.calibrate": 6,
-    "neoxlab.omb.__main__": 6,
+    "neoxlab.run.status": 6, "neoxlab.__main__": 6, "neoxlab.cli": 6,
+    "neoxlab.perfmodel.calibrate": 6, "neoxlab.omb.__main__": 6,
 }
 
 

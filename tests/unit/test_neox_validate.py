@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from neoxlab.__main__ import main
+from neoxlab.cli import main
 from neoxlab.config import ConfigError
 from neoxlab.config.check import check, problems
 from neoxlab.config.compose import compose_experiment

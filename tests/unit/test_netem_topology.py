@@ -74,7 +74,7 @@ def test_problems_name_the_value_and_the_fix():
 
 
 def test_experiment_refuses_bad_links_before_planning(tmp_path):
-    from neoxlab.__main__ import check_scheduler
+    from neoxlab.cli import check_scheduler
 
     cfg = compose_experiment("emulated_2x2", ["cluster.emulated.inter.rate_mbit=-5",
                                               "launch.submit=false"])

@@ -74,13 +74,12 @@ def rank_server(cfg: Config, run_dir: Path, env: dict[str, str]) -> Iterator[str
     if not uses_forkserver(cfg):
         yield None
         return
-    address = forkserver.new_address()
-    server = forkserver.start(address, list(TASKS[cfg.task.name].warm_imports), env,
+    server = forkserver.start(TASKS[cfg.task.name].warm_imports, env,
                               run_dir / "logs" / "forkserver.log")
     try:
-        yield address
+        yield server.address
     finally:
-        forkserver.stop(server, address)  # with any rank it forked that is still alive
+        server.stop()  # with any rank it forked that is still alive
 
 
 def _pump(stream, sinks, captured: list[str]) -> None:
