@@ -40,7 +40,7 @@ status: $(STAMP) ## runs of EXP, their scheduler jobs and states (results/manife
 
 resume: $(STAMP) ## continue a stopped local training run: make resume RUN=results/<exp>/<run_id>
 	@test -n "$(RUN)" || { echo "usage: make resume RUN=results/<experiment>/<run_id>" >&2; exit 2; }
-	$(PY) -m neoxlab.run.resume $(RUN)
+	$(PY) -m neoxlab resume $(RUN)
 
 # EXP defaults to local_compare for `run`; collect/figures act on every experiment unless EXP is given.
 EXP_ARG := $(if $(filter command line,$(origin EXP)),--exp $(EXP))

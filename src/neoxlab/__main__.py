@@ -1,10 +1,11 @@
-"""`python -m neoxlab experiment=<name> [overrides]` (neoxlab.cli; `--list` names them).
+"""`python -m neoxlab experiment=<name> [overrides]` (neoxlab.cli; `--list` names them) and
+`python -m neoxlab resume <run_dir>` (neoxlab.run.resume; what `make resume` runs).
 
 A spare rank fork server starts first (run.forkserver.prestart): it imports the stack every
 builtin rank program shares on the other core while this process imports, composes, checks
 and plans, and the local launch then hands it its task instead of starting a server and
-waiting for those imports (~3 s of an 8-rank start-up here). When nothing is launched here
-(a job submitted, a config refused) it is stopped at exit.
+waiting for those imports. When nothing is launched here (a job submitted, a config or run
+dir refused) it is stopped at exit.
 """
 
 from __future__ import annotations
@@ -16,8 +17,14 @@ from neoxlab.run import forkserver
 STACK = ("torch", "megatron.core")  # imported before any rank's task is known
 
 if __name__ == "__main__":
-    if sys.argv[1:] not in (["--list"], ["list"]):
+    args = sys.argv[1:]
+    if args not in (["--list"], ["list"]):
         forkserver.prestart(STACK)
-    from neoxlab.cli import main  # after the prestart, so the two imports overlap
+    # imported after the prestart, so that their imports and the spare's overlap
+    if args[:1] == ["resume"]:
+        from neoxlab.run.resume import main as resume
 
-    sys.exit(main())
+        sys.exit(resume(args[1:]))
+    from neoxlab.cli import main
+
+    sys.exit(main(args))

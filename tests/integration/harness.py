@@ -59,6 +59,6 @@ def processes_of(run_dir: Path) -> list:
 
 
 def resume_run(run_dir: Path, timeout: float = 240) -> subprocess.CompletedProcess:
-    """`python -m neoxlab.run.resume <run_dir>`, as `make resume RUN=<run_dir>` runs it."""
-    cmd = [sys.executable, "-m", "neoxlab.run.resume", str(run_dir)]
+    """`python -m neoxlab resume <run_dir>`, as `make resume RUN=<run_dir>` runs it."""
+    cmd = [sys.executable, "-m", "neoxlab", "resume", str(run_dir)]
     return subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout)

@@ -179,7 +179,7 @@ def test_stop_signal_and_stop_request_each_stop_once_and_resume_exactly(results_
     assert steps_of(run_dir) == list(range(1, first + 1))
     assert not processes_of(run_dir)
 
-    resumed = subprocess.Popen([sys.executable, "-m", "neoxlab.run.resume", str(run_dir)], **popen)
+    resumed = subprocess.Popen([sys.executable, "-m", "neoxlab", "resume", str(run_dir)], **popen)
     outputs.append(_stop_after(results_dir, resumed, first + 1,
                                lambda: stop_request_file(run_dir).touch()))
     assert resumed.returncode == PREEMPTED_EXIT, outputs[1]
@@ -188,7 +188,7 @@ def test_stop_signal_and_stop_request_each_stop_once_and_resume_exactly(results_
     assert first < second < steps and status["signal"] == "SIGUSR1", status
     assert stop_request_file(run_dir).exists()  # still there, as after a user's request
 
-    proc = subprocess.run([sys.executable, "-m", "neoxlab.run.resume", str(run_dir)],
+    proc = subprocess.run([sys.executable, "-m", "neoxlab", "resume", str(run_dir)],
                           timeout=240, **popen)  # as resume_run, but bytes
     outputs.append(proc.stdout.decode(errors="replace"))
     assert proc.returncode == 0, outputs[2]

@@ -1,4 +1,5 @@
-"""`python -m neoxlab.run.resume <run_dir>` (make resume RUN=...): continue a training run.
+"""Continue a training run: `python -m neoxlab resume <run_dir>` (make resume RUN=...);
+`python -m neoxlab.run.resume <run_dir>` does the same without neoxlab.__main__'s spare.
 
 Relaunches the ranks on the same run dir (never a new one): locally with mpiexec, or, for a
 cluster run, by resubmitting the run dir's job script from the login node. The ranks resume
@@ -23,7 +24,7 @@ from neoxlab.run.status import live_ranks, report
 from neoxlab.train import checkpoints
 from neoxlab.train.reporting import metrics_up_to
 
-USAGE = "usage: python -m neoxlab.run.resume <run_dir>   (make resume RUN=results/<exp>/<run_id>)"
+USAGE = "usage: python -m neoxlab resume <run_dir>   (make resume RUN=results/<exp>/<run_id>)"
 
 
 def check_resumable(run_dir: Path) -> Config:

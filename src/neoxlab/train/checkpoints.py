@@ -1,6 +1,6 @@
 """Checkpoint directories of a run: naming, the completion marker, discovery and pruning.
 
-Pure file-system logic (no torch), shared by the ranks and by `python -m neoxlab.run.resume`.
+Pure file-system logic (no torch), shared by the ranks and by `make resume` (run.resume).
 
     checkpoints/step<N>/                   DeepSpeed's files (save_checkpoint, tag step<N>)
     checkpoints/step<N>/neoxlab/rank<R>.pt each rank's own state (RNG, residuals, data)
