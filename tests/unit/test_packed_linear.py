@@ -1,6 +1,6 @@
 """The lean path's prepacked products: F.linear's results (to fp32 rounding) from
-MIN_ROWS rows on, F.linear itself below and off the CPU's fp32, and a weight changed in
-place is packed again."""
+min_rows() rows on (4 on one thread, 8 on more), F.linear itself below and off the CPU's
+fp32, and a weight changed in place is packed again."""
 
 from __future__ import annotations
 
@@ -9,16 +9,28 @@ import torch
 import torch.nn.functional as F
 
 from neoxlab.serve import packed_linear
-from neoxlab.serve.packed_linear import MIN_ROWS, PackedLinear
+from neoxlab.serve.packed_linear import MIN_ROWS, MIN_ROWS_ONE_THREAD, PackedLinear, min_rows
 
 pytestmark = pytest.mark.skipif(not packed_linear.available(), reason="no oneDNN in torch")
 
 
-def test_packed_products_equal_f_linear_from_min_rows():
+@pytest.fixture(params=[1, 2], ids=["1-thread", "2-threads"])
+def threads(request):
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)
+
+
+def test_the_threshold_follows_the_thread_count(threads):
+    assert min_rows() == (MIN_ROWS_ONE_THREAD if threads == 1 else MIN_ROWS)
+
+
+def test_packed_products_equal_f_linear_from_min_rows(threads):
     torch.manual_seed(0)
     linear = PackedLinear()
     w, b = torch.randn(96, 64), torch.randn(96)
-    for shape in ((MIN_ROWS, 64), (3, 7, 64), (1, 40, 64)):
+    for shape in ((min_rows(), 64), (3, 7, 64), (1, 40, 64)):
         x = torch.randn(shape)
         got = linear(x, w, b)
         assert got.shape == (*shape[:-1], 96)
@@ -27,12 +39,12 @@ def test_packed_products_equal_f_linear_from_min_rows():
     assert list(linear.packs) == [id(w)]  # one pack per weight, made once
 
 
-def test_few_rows_and_other_dtypes_take_f_linear_unchanged():
+def test_few_rows_and_other_dtypes_take_f_linear_unchanged(threads):
     linear = PackedLinear()
     w, b = torch.randn(32, 16), torch.randn(32)
-    x = torch.randn(MIN_ROWS - 1, 16)
+    x = torch.randn(min_rows() - 1, 16)
     assert torch.equal(linear(x, w, b), F.linear(x, w, b))
-    xb, wb = torch.randn(MIN_ROWS * 2, 16).bfloat16(), w.bfloat16()
+    xb, wb = torch.randn(min_rows() * 2, 16).bfloat16(), w.bfloat16()
     assert torch.equal(linear(xb, wb), F.linear(xb, wb))
     assert linear.packs == {}
 
@@ -40,7 +52,7 @@ def test_few_rows_and_other_dtypes_take_f_linear_unchanged():
 def test_a_weight_changed_in_place_is_packed_again():
     linear = PackedLinear()
     w = torch.randn(32, 16)
-    x = torch.randn(MIN_ROWS, 16)
+    x = torch.randn(min_rows(), 16)
     first = linear(x, w)
     with torch.no_grad():
         w.mul_(2.0)  # e.g. checkpoint weights loaded into the built model

@@ -71,7 +71,7 @@ class ServeModel(torch.nn.Module):
 
     def use_packed_linear(self, on: bool) -> None:
         """serve.packed_linear: the lean path's products with prepacked weights (oneDNN,
-        where this torch has it; on the CPU only, from packed_linear.MIN_ROWS rows)."""
+        where this torch has it; on the CPU only, from packed_linear.min_rows() rows)."""
         fast = on and packed_linear.available()
         self.linear = packed_linear.PackedLinear() if fast else F.linear
 

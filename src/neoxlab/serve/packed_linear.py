@@ -5,7 +5,8 @@ repacks it on every call: at decode sizes that repacking costs more than the pro
 this project's CPU a 24-row product with a 512 x 2048 weight took 0.81 ms through F.linear
 and 0.38 ms prepacked (`bench/packed_linear.py` prints the table); a fused decode step is
 mostly such products. Below MIN_ROWS rows F.linear takes a matrix-vector path that is
-faster than the packed product, so those calls (a sequential step) stay on it. A weight is
+faster than the packed product, so those calls (a sequential step) stay on it; on one thread
+that path is slower and the packed product wins from MIN_ROWS_ONE_THREAD rows. A weight is
 packed at first use and again when it changes (its version counter), so weights loaded
 after the model was built are picked up.
 """
@@ -15,7 +16,15 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-MIN_ROWS = 8  # from here on the packed product wins at 1 and 2 threads (bench/packed_linear.py)
+# from these rows on the packed product wins (bench/packed_linear.py, the block's four
+# products): 8 at 2 threads (1.08-1.14x at 8 rows, 0.84-0.95x at 4-7); 4 at 1 thread
+# (1.26-1.71x at 4-7 rows, 0.69-0.72x at 2-3)
+MIN_ROWS, MIN_ROWS_ONE_THREAD = 8, 4
+
+
+def min_rows() -> int:
+    """The packing threshold for this process's torch thread count."""
+    return MIN_ROWS_ONE_THREAD if torch.get_num_threads() == 1 else MIN_ROWS
 
 
 def available() -> bool:
@@ -25,7 +34,7 @@ def available() -> bool:
 
 
 class PackedLinear:
-    """F.linear's signature; prepacked products for fp32 host tensors of MIN_ROWS+ rows."""
+    """F.linear's signature; prepacked products for fp32 host tensors of min_rows()+ rows."""
 
     def __init__(self) -> None:
         self.packs: dict[int, tuple[torch.Tensor, int, torch.Tensor]] = {}
@@ -33,7 +42,7 @@ class PackedLinear:
     def __call__(self, x: torch.Tensor, weight: torch.Tensor,
                  bias: torch.Tensor | None = None) -> torch.Tensor:
         rows = x.numel() // x.shape[-1]
-        if rows < MIN_ROWS or x.device.type != "cpu" or x.dtype != torch.float32:
+        if rows < min_rows() or x.device.type != "cpu" or x.dtype != torch.float32:
             return F.linear(x, weight, bias)
         return self.product(x, weight, bias)
 
