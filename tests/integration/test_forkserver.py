@@ -197,3 +197,15 @@ def test_an_unused_spare_is_stopped_when_its_process_exits(tmp_path):
         gone, alive = psutil.wait_procs([spare], timeout=30)
         assert not alive, "the spare outlived the process that started it"
     assert not Path(address).exists()
+
+
+def test_a_server_that_dies_before_its_task_fails_the_launch_with_its_log(tmp_path):
+    (tmp_path / "toy_dying.py").write_text(
+        "import os, sys\nprint('dying on import', file=sys.stderr)\nos._exit(3)\n")
+    env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO_ROOT / 'src'}")
+    server = forkserver.Server(["toy_dying"], env, tmp_path / "spare.log")
+    assert server.proc.wait(timeout=60) == 3
+    with pytest.raises(RuntimeError, match="ended before it got its task") as failed:
+        server.configure([], env, tmp_path / "forkserver.log")
+    assert "dying on import" in str(failed.value)
+    assert not Path(server.address).exists()

@@ -41,6 +41,7 @@ import traceback
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 READY = b"listening\n"
 HEADER = struct.Struct("!I")  # request length, then the JSON request
@@ -73,31 +74,34 @@ class Server:
                 env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=out,
                 start_new_session=True,
             )
-        self._ready = threading.Event()
+        self._answered, self._listening = threading.Event(), False
         threading.Thread(target=self._await_ready, daemon=True).start()
 
     def _await_ready(self) -> None:
-        if self.proc.stdout.readline() == READY:
-            self._ready.set()
+        self._listening = self.proc.stdout.readline() == READY  # b"": it ended first
+        self._answered.set()
 
     def configure(self, warm: Sequence[str], env: dict[str, str], log: Path,
                   timeout_s: float = 60.0) -> None:
         """Hand the server its task once it accepts connections (requests queue until it
         has imported `warm` with `env`); its output moves to `log`."""
-        if not self._ready.wait(timeout_s):
-            self.stop()
-            raise RuntimeError(f"the rank fork server did not start within {timeout_s:.0f} s; "
-                               f"see {self.log}")
-        self.log = log
+        if not self._answered.wait(timeout_s) or not self._listening:
+            self._fail(f"did not start listening (waited up to {timeout_s:.0f} s)")
         task = {"warm": list(warm), "env": env, "log": str(log)}
         try:
             self.proc.stdin.write(json.dumps(task).encode() + b"\n")
             self.proc.stdin.flush()
         except BrokenPipeError:
-            told = (self._temporary_log or log).read_text(errors="replace")[-2000:]
-            self.stop()
-            raise RuntimeError(f"the rank fork server ended before it got its task:\n{told}"
-                               ) from None
+            self._fail("ended before it got its task")
+        self.log = log
+
+    def _fail(self, what: str) -> NoReturn:
+        """Stop the server and raise with the end of what it logged (maybe a spare's log)."""
+        told = f"(no log at {self.log})"
+        with contextlib.suppress(OSError):
+            told = self.log.read_text(errors="replace")[-2000:]
+        self.stop()
+        raise RuntimeError(f"the rank fork server {what}:\n{told}")
 
     def stop(self) -> None:
         """End the server and every rank it forked that is still alive (its process group)."""
