@@ -308,10 +308,16 @@ def _take_task(task: dict) -> None:
         os.close(fd)
 
 
-def _import_all(modules: list[str]) -> None:
-    for module in modules:  # a failing import fails again, with its traceback, in the rank
+def _import_all(entries: list[str]) -> None:
+    """Import each "module"; "module:function" also calls the function once (e.g. to load a
+    JIT-built extension the ranks would each load). A failure is printed: it fails again,
+    with its traceback, in the rank."""
+    for entry in entries:
+        module, _, function = entry.partition(":")
         try:
-            importlib.import_module(module)
+            loaded = importlib.import_module(module)
+            if function:
+                getattr(loaded, function)()
         except Exception:  # noqa: BLE001
             traceback.print_exc()
 
