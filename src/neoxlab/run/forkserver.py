@@ -300,7 +300,11 @@ def _take_task(task: dict) -> None:
             sys.path.insert(1, entry)
     log, current = task["log"], os.readlink("/proc/self/fd/2")
     if log != current:
-        fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as exc:  # e.g. a full disk: the ranks report that themselves
+            print(f"[neoxlab] fork server: cannot log to {log} ({exc})", file=sys.stderr)
+            return
         with contextlib.suppress(OSError), open(current, "rb") as earlier:
             os.write(fd, earlier.read())
         os.dup2(fd, 1)
