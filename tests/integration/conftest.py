@@ -9,12 +9,15 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from neoxlab.cli import main
 from neoxlab.comm.strict import STRICT_ENV
+from neoxlab.launch import manifest
 from tests.conftest import REPO_ROOT
 from tests.integration.harness import (
     CHECKPOINT_EVERY,
@@ -24,11 +27,10 @@ from tests.integration.harness import (
     read_status,
     run_experiment,
 )
-from tests.integration.slurm import slurm_ready_cached
+from tests.integration.slurm import cancel, slurm_ready_cached
 
 
-@pytest.fixture
-def requires_slurm() -> None:
+def _slurm_or_skip() -> None:
     """Skip with the reason when no Slurm controller/node answers; fail when CI requires it."""
     reason = slurm_ready_cached()
     if reason is None:
@@ -36,6 +38,48 @@ def requires_slurm() -> None:
     if os.environ.get("NEOXLAB_REQUIRE_SLURM") == "1":
         pytest.fail(f"NEOXLAB_REQUIRE_SLURM=1 but {reason}")
     pytest.skip(reason)
+
+
+@pytest.fixture
+def requires_slurm() -> None:
+    _slurm_or_skip()
+
+
+@dataclass(frozen=True)
+class TimeLimitJob:
+    """local_slurm with a 5-minute limit and Slurm's USR1 90 s before it (which Slurm may
+    send up to a minute early: from 150 s on, well after step `held` even on a machine busy
+    with other tests), held after step `held` of `steps` (launch.hold_step) until that
+    signal: the first job checkpoints and stops there, `jobstep end` resubmits the
+    script, and the second job trains the rest. Results under `results`."""
+
+    results: Path
+    steps: int = 60
+    held: int = 20
+
+
+TIME_LIMIT_STARTER = "test_time_limit_job_is_submitted_first"
+
+
+@pytest.fixture(scope="session")
+def time_limit_job(tmp_path_factory) -> Iterator[TimeLimitJob]:
+    """Submitted by the session's first test (pytest_collection_modifyitems): the job spends
+    most of its 3-4 minutes waiting for Slurm's signal, while the other tests run; the test
+    that checks it comes later. Its jobs are cancelled when the session ends."""
+    _slurm_or_skip()
+    job = TimeLimitJob(tmp_path_factory.mktemp("time_limit") / "results")
+    assert main(["experiment=local_slurm", f"train.steps={job.steps}", "cluster.walltime=5",
+                 "launch.warn_before_s=90", "launch.requeue=6", f"launch.hold_step={job.held}",
+                 f"launch.results_dir={job.results}"]) == 0
+    yield job
+    for submitted in manifest.read(job.results, "local_slurm"):
+        cancel(submitted["job_id"])
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The time-limit job's starter runs first, whatever the module order."""
+    starters = [item for item in items if item.name == TIME_LIMIT_STARTER]
+    items[:] = starters + [item for item in items if item.name != TIME_LIMIT_STARTER]
 
 
 @dataclass(frozen=True)

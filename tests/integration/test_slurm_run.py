@@ -52,30 +52,33 @@ def test_failing_rank_under_slurm_fails_the_job_with_its_error(requires_slurm, r
     assert status["error"].startswith("InjectedFailure: injected failure on rank 2")
 
 
+def test_time_limit_job_is_submitted_first(time_limit_job):
+    """Moved to the start of the session (conftest): submitting is all it does."""
+    (first,) = manifest.read(time_limit_job.results, "local_slurm")
+    assert first["job_id"] and first.get("requeue_of") is None
+
+
 @pytest.mark.timeout(1100)
-def test_job_at_its_time_limit_checkpoints_requeues_and_completes(requires_slurm, results_dir):
-    """A 3-minute job gets Slurm's USR1 (B:, the batch shell) 90 s before its limit: the
-    ranks see the stop request, checkpoint and exit 85, `jobstep end` resubmits the job
-    script, the next job resumes; until all steps ran. The first job is held after step
-    20 (launch.hold_step) until the signal, so it ends there however fast the machine is,
-    and the second job finishes the other 40 steps."""
-    steps, held = 60, 20
-    assert main(["experiment=local_slurm", f"train.steps={steps}", "cluster.walltime=3",
-                 "launch.warn_before_s=90", "launch.requeue=6", f"launch.hold_step={held}",
-                 f"launch.results_dir={results_dir}"]) == 0
-    (first,) = manifest.read(results_dir, "local_slurm")
-    run_dir = results_dir / "local_slurm" / first["run_id"]
+def test_job_at_its_time_limit_checkpoints_requeues_and_completes(time_limit_job):
+    """The job submitted as the session started (conftest.TimeLimitJob) gets Slurm's USR1
+    (B:, the batch shell) before its limit: the ranks see the stop request, checkpoint and
+    exit 85, `jobstep end` resubmits the job script, the next job resumes; until all steps
+    ran. The first job is held after step 20 until the signal, so it ends there however
+    fast the machine is, and the second job finishes the other 40 steps."""
+    results, steps, held = time_limit_job.results, time_limit_job.steps, time_limit_job.held
+    (first, *_) = manifest.read(results, "local_slurm")
+    run_dir = results / "local_slurm" / first["run_id"]
     deadline = time.monotonic() + 1040
     try:
         while time.monotonic() < deadline:
-            jobs = manifest.read(results_dir, "local_slurm")
+            jobs = manifest.read(results, "local_slurm")
             state = wait_for_job(jobs[-1]["job_id"], timeout_s=deadline - time.monotonic())
-            if len(manifest.read(results_dir, "local_slurm")) == len(jobs):
+            if len(manifest.read(results, "local_slurm")) == len(jobs):
                 break  # the newest job ended without requeuing: the run is over
     finally:
-        for job in manifest.read(results_dir, "local_slurm"):
+        for job in manifest.read(results, "local_slurm"):
             cancel(job["job_id"])
-    jobs = manifest.read(results_dir, "local_slurm")
+    jobs = manifest.read(results, "local_slurm")
     status = read_status(run_dir)
     assert status["state"] == "completed", (status, jobs)
     assert state == "COMPLETED"
