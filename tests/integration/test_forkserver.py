@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -214,3 +215,33 @@ def test_a_server_that_dies_before_its_task_fails_the_launch_with_its_log(tmp_pa
         server.configure([], env, tmp_path / "forkserver.log")
     assert "dying on import" in str(failed.value)
     assert not Path(server.address).exists()
+
+
+def test_a_released_server_serves_the_next_launch_of_the_same_task_only(tmp_path):
+    """release() keeps the server as the spare: the next start() of the same task (a
+    comparison's next member) gets it back, its own messages go to the new launch's log,
+    and a different task gets a new server while the old one is stopped."""
+    toy_dir = tmp_path / "toy"
+    toy_dir.mkdir()
+    (toy_dir / "toy_rank.py").write_text(TOY)
+    env = dict(os.environ, PYTHONPATH=f"{toy_dir}{os.pathsep}{REPO_ROOT / 'src'}")
+    first = forkserver.start(["json"], env, tmp_path / "first.log")
+    try:
+        first.release()
+        again = forkserver.start(["json"], env, tmp_path / "second.log")
+        assert again is first and forkserver._spare is None
+        job = _job((again.address, env, again.proc), tmp_path / "job", "ok")
+        output, _ = job.communicate(timeout=60)
+        assert job.returncode == 0, output
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as bad:  # a garbled request
+            bad.connect(again.address)
+            bad.sendall(b"\0\0\0\5{not")
+        _until(lambda: "bad request" in (tmp_path / "second.log").read_text())
+        assert "bad request" not in (tmp_path / "first.log").read_text()
+        again.release()
+        other = forkserver.start(["json", "csv"], env, tmp_path / "third.log")
+        assert other is not first
+        assert first.proc.wait(timeout=30) is not None  # stopped, not left running
+        other.stop()
+    finally:
+        first.stop()

@@ -79,7 +79,7 @@ def rank_server(cfg: Config, run_dir: Path, env: dict[str, str]) -> Iterator[str
     try:
         yield server.address
     finally:
-        server.stop()  # with any rank it forked that is still alive
+        server.release()  # ends any rank still alive; the next launch here may reuse it
 
 
 def _pump(stream, sinks, captured: list[str]) -> None:

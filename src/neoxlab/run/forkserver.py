@@ -14,7 +14,8 @@ rank program shares: torch, megatron-core) it imports at once; then it waits for
 line on stdin with the task's environment, warm-up modules and log, and imports those. So
 `python -m neoxlab` can start a spare server first (prestart), whose stack imports run on
 another core while the launcher itself imports, composes and checks, and hand it the task
-once the run is planned: a launch then waits ~3 s less for its ranks.
+once the run is planned: a launch then waits ~3 s less for its ranks. After a launch the
+server stays the spare (release), and the next launch of the same task reuses it.
 
 Only stdlib imports here: the stub side (connect) runs in every rank's fresh interpreter.
 """
@@ -67,6 +68,7 @@ class Server:
         log (a spare's, until its task names the run's) is removed with the server."""
         self.address, self.log = new_address(), log
         self._temporary_log = log if temporary_log else None
+        self.task: tuple[tuple[str, ...], dict[str, str]] | None = None  # once configured
         with log.open("a") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "neoxlab.run.forkserver", self.address, *stack,
@@ -87,13 +89,20 @@ class Server:
         has imported `warm` with `env`); its output moves to `log`."""
         if not self._answered.wait(timeout_s) or not self._listening:
             self._fail(f"did not start listening (waited up to {timeout_s:.0f} s)")
-        task = {"warm": list(warm), "env": env, "log": str(log)}
+        self._tell({"warm": list(warm), "env": env, "log": str(log)}, "its task")
+        self.task, self.log = (tuple(warm), dict(env)), log
+
+    def reuse(self, log: Path) -> None:
+        """A later launch of the same task: the server's own output goes to its log."""
+        self._tell({"log": str(log)}, "its next launch")
+        self.log = log
+
+    def _tell(self, line: dict, what: str) -> None:
         try:
-            self.proc.stdin.write(json.dumps(task).encode() + b"\n")
+            self.proc.stdin.write(json.dumps(line).encode() + b"\n")
             self.proc.stdin.flush()
         except BrokenPipeError:
-            self._fail("ended before it got its task")
-        self.log = log
+            self._fail(f"ended before it got {what}")
 
     def _fail(self, what: str) -> NoReturn:
         """Stop the server and raise with the end of what it logged (maybe a spare's log)."""
@@ -102,6 +111,20 @@ class Server:
             told = self.log.read_text(errors="replace")[-2000:]
         self.stop()
         raise RuntimeError(f"the rank fork server {what}:\n{told}")
+
+    def release(self) -> None:
+        """After a launch: end the ranks it forked that are still alive, and keep the server
+        as this process's spare, which the next launch of the same task takes (the members
+        of a comparison start their ranks without waiting for another server's imports)."""
+        global _spare
+        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
+        with contextlib.suppress(OSError):
+            for pid in children.read_text().split():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
+        if _spare is not None:
+            _spare.stop()
+        _spare = self
 
     def stop(self) -> None:
         """End the server and every rank it forked that is still alive (its process group)."""
@@ -125,19 +148,27 @@ def prestart(stack: Sequence[str]) -> None:
     global _spare
     log = Path(tempfile.gettempdir()) / f"neoxlab-spare-{uuid.uuid4().hex[:16]}.log"
     _spare = Server(stack, dict(os.environ), log, temporary_log=True)
-    atexit.register(_stop_spare)
 
 
+@atexit.register
 def _stop_spare() -> None:
+    """A spare nothing took, or the last launch's server, ends with this process."""
     if _spare is not None:
         _spare.stop()
 
 
 def start(warm: Sequence[str], env: dict[str, str], log: Path) -> Server:
-    """A server for one launch: the spare (prestart) when there is one, else a new one;
-    it imports `warm` with `env` and logs to `log`."""
+    """A server for one launch that has imported `warm` with `env` and logs to `log`: the
+    spare when it is still free (prestart) or served the same task before (release), else
+    a new one."""
     global _spare
     server, _spare = _spare, None
+    if server is not None and server.task is not None:
+        if server.task == (tuple(warm), env) and server.proc.poll() is None:
+            server.reuse(log)
+            return server
+        server.stop()
+        server = None
     if server is None:
         server = Server((), env, log)
     server.configure(warm, env, log)
@@ -180,16 +211,19 @@ def _join_namespaces(pid: int) -> None:
             os.close(fd)
 
 
-def _serve(listener: socket.socket) -> tuple[socket.socket, dict, list[int]]:
+def _serve(listener: socket.socket, launcher: _Launcher
+           ) -> tuple[socket.socket, dict, list[int]]:
     """Fork a rank per request and report its pid and end to its stub. Returns only in a
     forked child (which becomes that rank); the server ends when its stdin closes."""
     selector = selectors.DefaultSelector()
     selector.register(listener, selectors.EVENT_READ, "accept")
     selector.register(sys.stdin, selectors.EVENT_READ, "stdin")
     while True:
+        while (line := launcher.next()) is not None:  # a later launch's log (Server.reuse)
+            _log_to(line["log"])
         for key, _ in selector.select():
             if key.data == "stdin":
-                if not os.read(sys.stdin.fileno(), 4096):
+                if not launcher.read():
                     # the launcher has gone, even SIGKILLed: leave no socket file behind
                     os.unlink(listener.getsockname())
                     sys.exit(0)
@@ -278,15 +312,32 @@ def _become_rank(conn: socket.socket, request: dict, fds: list[int]) -> None:
     runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
 
 
-def _await_task() -> dict | None:
-    """The launcher's one line on stdin (Server.configure); None if stdin closes first."""
-    data = b""
-    while not data.endswith(b"\n"):
+class _Launcher:
+    """The launcher's JSON lines on stdin (a task, then log switches); one read may bring
+    several, or part of one."""
+
+    def __init__(self) -> None:
+        self.rest = b""
+
+    def read(self) -> bool:
+        """Take in what stdin has; False at its end (the launcher has gone)."""
         chunk = os.read(0, 1 << 16)
-        if not chunk:
+        self.rest += chunk
+        return bool(chunk)
+
+    def next(self) -> dict | None:
+        """The next whole line, or None until one has arrived."""
+        if b"\n" not in self.rest:
             return None
-        data += chunk
-    return json.loads(data)
+        line, _, self.rest = self.rest.partition(b"\n")
+        return json.loads(line)
+
+    def task(self) -> dict | None:
+        """Wait for the task (Server.configure); None if stdin ends first."""
+        while (task := self.next()) is None:
+            if not self.read():
+                return None
+        return task
 
 
 def _take_task(task: dict) -> None:
@@ -298,18 +349,25 @@ def _take_task(task: dict) -> None:
     for entry in reversed(entries):
         if entry not in sys.path:
             sys.path.insert(1, entry)
-    log, current = task["log"], os.readlink("/proc/self/fd/2")
-    if log != current:
-        try:
-            fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        except OSError as exc:  # e.g. a full disk: the ranks report that themselves
-            print(f"[neoxlab] fork server: cannot log to {log} ({exc})", file=sys.stderr)
-            return
+    _log_to(task["log"], carry_over=True)
+
+
+def _log_to(log: str, carry_over: bool = False) -> None:
+    """Send this server's output to `log` (with what was logged so far: a spare's)."""
+    current = os.readlink("/proc/self/fd/2")
+    if log == current:
+        return
+    try:
+        fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError as exc:  # e.g. a full disk: the ranks report that themselves
+        print(f"[neoxlab] fork server: cannot log to {log} ({exc})", file=sys.stderr)
+        return
+    if carry_over:
         with contextlib.suppress(OSError), open(current, "rb") as earlier:
             os.write(fd, earlier.read())
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-        os.close(fd)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
 
 
 def _import_all(entries: list[str]) -> None:
@@ -337,7 +395,8 @@ def main(argv: list[str]) -> None:
     sys.stdout.flush()
     os.dup2(2, 1)  # nobody reads the pipe after READY: later output goes to the log
     _import_all(stack)
-    task = _await_task()
+    launcher = _Launcher()
+    task = launcher.task()
     if task is None:  # the launcher has gone, or launched nothing, before it configured us
         os.unlink(address)
         sys.exit(0)
@@ -347,7 +406,7 @@ def main(argv: list[str]) -> None:
         sys.exit(f"[neoxlab] fork server: warm imports {stack + task['warm']} initialized "
                  "MPI; import mpi4py.MPI only inside the rank")
     gc.freeze()  # the imported stack: ranks' collections leave it (and its pages) alone
-    _become_rank(*_serve(listener))
+    _become_rank(*_serve(listener, launcher))
 
 
 if __name__ == "__main__":
