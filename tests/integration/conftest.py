@@ -47,14 +47,16 @@ def requires_slurm() -> None:
 
 @dataclass(frozen=True)
 class TimeLimitJob:
-    """local_slurm with a 5-minute limit and Slurm's USR1 90 s before it (which Slurm may
-    send up to a minute early: from 150 s on, well after step `held` even on a machine busy
-    with other tests), held after step `held` of `steps` (launch.hold_step) until that
-    signal: the first job checkpoints and stops there, `jobstep end` resubmits the
-    script, and the second job trains the rest. Results under `results`."""
+    """local_slurm on 2 ranks (TP=2: the requeue path is under test, not the layout, and
+    fewer ranks take less CPU from the tests that run meanwhile) with a 5-minute limit and
+    Slurm's USR1 90 s before it, which Slurm may send up to a minute early: from 150 s on,
+    well after step `held` even on a machine busy with other tests. The job is held after
+    step `held` of `steps` (launch.hold_step) until that signal; the first job checkpoints
+    and stops there, `jobstep end` resubmits the script, and the second job trains the
+    rest. Results under `results`."""
 
     results: Path
-    steps: int = 60
+    steps: int = 30
     held: int = 20
 
 
@@ -68,7 +70,8 @@ def time_limit_job(tmp_path_factory) -> Iterator[TimeLimitJob]:
     that checks it comes later. Its jobs are cancelled when the session ends."""
     _slurm_or_skip()
     job = TimeLimitJob(tmp_path_factory.mktemp("time_limit") / "results")
-    assert main(["experiment=local_slurm", f"train.steps={job.steps}", "cluster.walltime=5",
+    assert main(["experiment=local_slurm", "parallel.pp=1", "cluster.ranks_per_node=2",
+                 f"train.steps={job.steps}", "cluster.walltime=5",
                  "launch.warn_before_s=90", "launch.requeue=6", f"launch.hold_step={job.held}",
                  f"launch.results_dir={job.results}"]) == 0
     yield job

@@ -158,7 +158,7 @@ def test_stop_signal_and_stop_request_each_stop_once_and_resume_exactly(results_
     checkpoint and stops the job with exit code 85 (requeue). The next resume does not obey
     the request again: it trains to the end, every step once, with the losses of an
     uninterrupted run. Not on a terminal, progress comes as plain lines, no '\\r' frames."""
-    steps = 24
+    steps = 12  # the first stop comes after step 2-4, the second 1-3 steps later
     overrides = ["logger.wandb=disabled", f"train.steps={steps}", *FOUR_RANKS]
     proc, reference = run_experiment("local_3d", tmp_path / "reference", *overrides)
     assert proc.returncode == 0, output(proc)

@@ -64,7 +64,7 @@ def test_job_at_its_time_limit_checkpoints_requeues_and_completes(time_limit_job
     (B:, the batch shell) before its limit: the ranks see the stop request, checkpoint and
     exit 85, `jobstep end` resubmits the job script, the next job resumes; until all steps
     ran. The first job is held after step 20 until the signal, so it ends there however
-    fast the machine is, and the second job finishes the other 40 steps."""
+    fast the machine is, and the second job finishes the other 10 steps."""
     results, steps, held = time_limit_job.results, time_limit_job.steps, time_limit_job.held
     (first, *_) = manifest.read(results, "local_slurm")
     run_dir = results / "local_slurm" / first["run_id"]

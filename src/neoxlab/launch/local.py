@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from neoxlab.config import Config
+from neoxlab.launch import shm
 from neoxlab.launch.attempt import clear_previous_attempt
 from neoxlab.launch.failure import RankWatch, diagnose
 from neoxlab.launch.ranks import rank_command, rank_env
@@ -148,6 +149,7 @@ def _launch(cfg: Config, run_dir: Path, cmd: list[str], env: dict[str, str]) -> 
     captured: list[str] = []
     log = LastFrames((run_dir / "logs" / "launcher.log").open("a"))  # a bar's last frame
     log.write(" ".join(cmd) + "\n")
+    segments_before = shm.segments()
     started = time.time()
     proc = subprocess.Popen(
         cmd, env=env, stdout=subprocess.PIPE,
@@ -176,8 +178,12 @@ def _launch(cfg: Config, run_dir: Path, cmd: list[str], env: dict[str, str]) -> 
     finally:
         _kill_group(proc)  # hydra proxies or stray ranks must not outlive the job
         watch.reap()
+        left = shm.remove_stale(segments_before)  # ranks that died without MPI_Finalize
         pump.join(timeout=5)
         with contextlib.suppress(OSError):  # a full disk fails the flush; reported below
+            if left:
+                log.write(f"[neoxlab] removed {len(left)} MPI shared-memory segment(s) the "
+                          f"job's ranks left in {shm.SHM_DIR}: {', '.join(left)}\n")
             log.close()
     elapsed = round(time.time() - started, 3)
     state = rundir.read_json(run_dir / "status.json").get("state")

@@ -370,16 +370,10 @@ def _log_to(log: str, carry_over: bool = False) -> None:
     os.close(fd)
 
 
-def _import_all(entries: list[str]) -> None:
-    """Import each "module"; "module:function" also calls the function once (e.g. to load a
-    JIT-built extension the ranks would each load). A failure is printed: it fails again,
-    with its traceback, in the rank."""
-    for entry in entries:
-        module, _, function = entry.partition(":")
+def _import_all(modules: list[str]) -> None:
+    for module in modules:  # a failing import fails again, with its traceback, in the rank
         try:
-            loaded = importlib.import_module(module)
-            if function:
-                getattr(loaded, function)()
+            importlib.import_module(module)
         except Exception:  # noqa: BLE001
             traceback.print_exc()
 

@@ -34,8 +34,7 @@ class Task:
     run: Callable[[Config, list[Config], list[str]], int] | None = None
     member_overrides: tuple[str, ...] = ()  # added when composing a comparison's members
     table: str = "summary.md"  # results/tables/<exp>.<table>, printed after a local run
-    # imported once by the local fork server before it forks the ranks (run/forkserver.py);
-    # "module:function" also calls the function there once
+    # imported once by the local fork server before it forks the ranks (run/forkserver.py)
     warm_imports: tuple[str, ...] = ()
 
 
@@ -57,9 +56,7 @@ def _train_files(cfg: Config, layout: Layout, run_dir: Path) -> None:
 
 TASKS: dict[str, Task] = {
     "train": Task(rules=validate_data, rank_module="neoxlab.train", plan=_train_files,
-                  warm_imports=("neoxlab.train.program", "neoxlab.model.pipe", "deepspeed",
-                                # its CPU shm op, JIT-built: loaded once, not by every rank
-                                "deepspeed.comm.torch:build_shm_op")),
+                  warm_imports=("neoxlab.train.program", "neoxlab.model.pipe", "deepspeed")),
     "serve": Task(rules=_serve_rules, rank_module="neoxlab.serve", table="serve.csv",
                   warm_imports=("neoxlab.serve.program",)),
     "microbench": Task(rules=microbench.rules, rank_module="neoxlab.omb.task"),

@@ -1,0 +1,39 @@
+"""After a job, MPICH segments it left in /dev/shm go; segments some process still has open
+or mapped (a concurrent job's) stay, and so do those that were there before."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from neoxlab.launch import shm
+
+pytestmark = pytest.mark.skipif(not shm.SHM_DIR.is_dir(), reason="no /dev/shm here")
+
+
+def _segment(tag: str) -> Path:
+    path = shm.SHM_DIR / f"{shm.PREFIX}neoxlabtest{tag}{uuid.uuid4().hex[:8]}_0"
+    path.write_bytes(b"\0" * mmap.PAGESIZE)
+    return path
+
+
+def test_only_new_segments_that_nothing_uses_are_removed():
+    older = _segment("older")
+    before = shm.segments()
+    stale, mapped, held = _segment("stale"), _segment("mapped"), _segment("held")
+    fd = os.open(held, os.O_RDONLY)  # open, as a rank that has not mapped it yet
+    with mapped.open("r+b") as f, mmap.mmap(f.fileno(), 0) as _view:
+        f.close()  # mapped only, as a live rank's segment
+        try:
+            removed = shm.remove_stale(before)
+            assert stale.name in removed and not stale.exists()
+            assert mapped.exists() and held.exists() and older.exists()
+            assert {mapped.name, held.name} <= shm.in_use()
+        finally:
+            os.close(fd)
+            for path in (older, stale, mapped, held):
+                path.unlink(missing_ok=True)
