@@ -16,10 +16,25 @@ class MpiCompressionUnavailable(RuntimeError):
     """compression.backend=mpi on ranks whose MPI library would not compress."""
 
 
+SHM_COMM_OP = "deepspeed_shm_comm"  # deepspeed.ops.op_builder's ShareMemCommBuilder.NAME
+
+
+def skip_unused_deepspeed_op() -> None:
+    """DeepSpeed's CPU backend JIT-compiles a shared-memory all-reduce (~35 s of C++ on a
+    fresh machine or venv) that only its inference path uses (inference_all_reduce, which
+    then falls back to torch.distributed); training never calls it, so mark it unavailable
+    before deepspeed.init_distributed would build it."""
+    import deepspeed.ops  # third-party, here: only processes that install a run import it
+
+    deepspeed.ops.__compatible_ops__[SHM_COMM_OP] = False
+
+
 def install_for_run(cfg: Config, layout: Layout) -> CompressionPatch | None:
     """The framework patch (None when compression.patch is off). With compression.backend=
     mpi it compresses nothing itself: it accounts every call and labels the traffic the MPI
-    library compresses, after making sure the library really will."""
+    library compresses, after making sure the library really will. Either way DeepSpeed's
+    unused inference op is skipped first (train program and GPT-NeoX's ranks alike)."""
+    skip_unused_deepspeed_op()
     c = cfg.compression
     label = library_label(c) if c.backend == "mpi" else None
     if label is not None:

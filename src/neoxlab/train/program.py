@@ -52,9 +52,6 @@ def comm_timeout(cfg: Config) -> timedelta | None:
     return timeout
 
 
-SHM_COMM_OP = "deepspeed_shm_comm"  # deepspeed.ops.op_builder's ShareMemCommBuilder.NAME
-
-
 def init_distributed(cfg: Config, layout: Layout):
     """torch.distributed through DeepSpeed, then megatron-core's TP/PP groups."""
     import deepspeed
@@ -68,10 +65,6 @@ def init_distributed(cfg: Config, layout: Layout):
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     timeout = comm_timeout(cfg)
-    # DeepSpeed's CPU backend JIT-compiles a shared-memory all-reduce (~35 s of C++ on a fresh
-    # machine) that only its inference path uses (inference_all_reduce, which then falls back
-    # to torch.distributed); training never calls it, so it is marked unavailable here
-    deepspeed.ops.__compatible_ops__[SHM_COMM_OP] = False
     deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False,
                                **({"timeout": timeout} if timeout else {}))
     if cfg.engine.group_backends:
