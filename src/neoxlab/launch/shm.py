@@ -2,7 +2,7 @@
 
 A rank that ends without MPI_Finalize (an exception, a kill, a timeout) leaves its node's
 segment, a few MB of RAM each, in /dev/shm for good: a machine that runs many failing jobs
-fills its memory with them (370 segments, 1.2 GB, were found on this one). The launcher
+fills its memory with them (371 segments, 1.2 GB, were found on this one). The launcher
 notes the segments before a job and, once the job has ended, removes the new ones that no
 live process has open or mapped, so a concurrent job's segments stay.
 """
@@ -27,21 +27,21 @@ def segments(shm_dir: Path = SHM_DIR) -> set[str]:
 def in_use(shm_dir: Path = SHM_DIR) -> set[str]:
     """Segment names that some live process has open or mapped."""
     marker = f"{shm_dir}/{PREFIX}"
-    used: set[str] = set()
+
+    def name(path: str) -> str | None:  # "<dir>/mpich_shm_x_0[ (deleted)]" -> "mpich_shm_x_0"
+        return path[len(shm_dir.as_posix()) + 1:].split()[0] if path.startswith(marker) else None
+
+    found: set[str | None] = set()
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         with contextlib.suppress(OSError):
-            for line in (proc / "maps").read_text().splitlines():
-                fields = line.split(maxsplit=5)
-                if len(fields) == 6 and fields[5].startswith(marker):
-                    used.add(fields[5][len(shm_dir.as_posix()) + 1:].split()[0])
+            fields = (line.split(maxsplit=5) for line in (proc / "maps").read_text().splitlines())
+            found.update(name(f[5]) for f in fields if len(f) == 6)
             for fd in (proc / "fd").iterdir():
                 with contextlib.suppress(OSError):
-                    target = os.readlink(fd)
-                    if target.startswith(marker):
-                        used.add(target[len(shm_dir.as_posix()) + 1:].split()[0])
-    return used
+                    found.add(name(os.readlink(fd)))
+    return {n for n in found if n is not None}
 
 
 def remove_stale(before: set[str], shm_dir: Path = SHM_DIR) -> list[str]:
