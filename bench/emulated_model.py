@@ -1,10 +1,11 @@
 """The performance model against the emulated bandwidth sweep (bench/emulated_sweep.py):
-the uplink's alpha-beta fitted from gloo all-reduce sweeps inside the emulated cluster at
-some rates (experiment emulated_omb), the codecs timed again, then every sweep point
-predicted; points at rates the omb fits did not use are held out. No training run is
+the uplink's alpha-beta fitted from gloo all-reduce and all-gather sweeps inside the emulated
+cluster at some rates (experiment emulated_omb; one flow per uplink, and 2 groups at once for
+the 2 flows of a node's 2 ranks), the codecs timed again, then every sweep point predicted;
+points at rates the omb fits did not use are held out. No training run is
 fitted: compute and overheads come from the local profile (neoxlab.perfmodel.emulated).
 
-    .venv/bin/python bench/emulated_model.py --measure   # omb runs, ~2 min
+    .venv/bin/python bench/emulated_model.py --measure   # omb runs, ~8 min
     .venv/bin/python bench/emulated_model.py                         # reuse the omb runs
 
 Writes results/tables/emulated_sweep.{model,curves,crossover}.csv and
@@ -35,28 +36,35 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 from emulated_sweep import LAYOUTS, TABLE  # noqa: E402
 
-FIT_RATES = ["none", "200", "10"]  # omb fits; the sweep's 1000 and 40 are held out
+FIT_RATES = ["none", "200", "10"]  # omb fits; the sweep's other rates are held out
+FIT_FLOWS = [1, 2]  # flows through an uplink at once (2: the 2x2 layout's 2 ranks per node)
 CURVE_RATES = np.geomspace(5, 5000, 40)
 SHARE_BOUND = 0.40  # the issue's bound applies where communication is >= 40 % of the step
 LASSEN = ["baseline_192gpu", "naive_192gpu", "hybrid_192gpu", "mzhybrid_192gpu"]
 
 
-def omb_runs(results: Path, rates: list[str], measure: bool) -> dict[str, Path]:
-    """The newest emulated_omb run at each rate (run first with --measure)."""
+def omb_runs(results: Path, rates: list[str], flows: list[int], measure: bool
+             ) -> dict[em.FitKey, Path]:
+    """The newest emulated_omb run at each rate and flow count (run first with --measure);
+    the unshaped link is fitted with one flow only."""
     root = results / "emulated_omb"
-    found: dict[str, Path] = {}
-    for rate in rates:
+    points = [(r, f) for r in rates for f in flows if f == 1 or r != em.UNSHAPED]
+    found: dict[em.FitKey, Path] = {}
+    for rate, f in points:
         if measure:
             cmd = [sys.executable, "-m", "neoxlab", "experiment=emulated_omb",
                    f"cluster.emulated.inter.rate_mbit={'null' if rate == 'none' else rate}",
+                   f"cluster.ranks_per_node={f}", f"microbench.groups={f}",
                    f"launch.results_dir={results}"]
             subprocess.run(cmd, cwd=REPO, check=True, capture_output=True, text=True)
         for run_dir in sorted(root.iterdir()) if root.exists() else []:
-            r = rundir.load_config(run_dir).cluster.emulated.inter.rate_mbit
-            if (run_dir / "omb.jsonl").exists() and str(_rate(r)) == rate:
-                found[rate] = run_dir
-        if rate not in found:
-            raise SystemExit(f"no emulated_omb run at rate {rate} under {root}: use --measure")
+            cfg = rundir.load_config(run_dir)
+            key = (_rate(cfg.cluster.emulated.inter.rate_mbit), cfg.microbench.groups)
+            if (run_dir / "omb.jsonl").exists() and key == (rate, f):
+                found[key] = run_dir
+        if (rate, f) not in found:
+            raise SystemExit(f"no emulated_omb run at rate {rate} with {f} flow(s) under "
+                             f"{root}: use --measure")
     return found
 
 
@@ -88,12 +96,13 @@ def main() -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--measure", action="store_true", help="run the omb fits first")
     parser.add_argument("--fit-rates", nargs="+", default=FIT_RATES)
+    parser.add_argument("--fit-flows", nargs="+", type=int, default=FIT_FLOWS)
     parser.add_argument("--model", default="neox_small")
     parser.add_argument("--results", type=Path, default=REPO / "results")
     args = parser.parse_args()
     results = args.results.resolve()
-    runs = omb_runs(results, args.fit_rates, args.measure)
-    fits = {rate: em.fit_rate(em.read_omb(d)) for rate, d in runs.items()}
+    runs = omb_runs(results, args.fit_rates, args.fit_flows, args.measure)
+    fits = {key: em.fit_rate(em.read_omb(d)) for key, d in runs.items()}
     links = em.UplinkModel.from_fits(fits)
     codecs = dict(em.local_profile(results)[0].codecs)
     for name, spec in CODEC_SPECS.items():
@@ -101,15 +110,17 @@ def main() -> int:
     base, origin = em.local_profile(results)
     doc = {"links": links.as_dict(),
            "codecs": {k: dataclasses.asdict(v) for k, v in codecs.items()},
-           "base_profile": origin, "omb_runs": {r: str(d) for r, d in runs.items()}}
+           "base_profile": origin,
+           "omb_runs": {f"{r} Mbit/s, {f} flow(s)": str(d) for (r, f), d in runs.items()}}
     out = results / "calibration" / "emulated.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=2))
-    for rate, f in fits.items():
-        print(f"omb fit {rate:>5} Mbit/s: alpha {f.latency_us:8.1f} us  "
-              f"B {f.bandwidth_gbs * 1e3:9.2f} MB/s")
-    print(f"uplink model: efficiency {links.efficiency:.3f} of R/8, alpha "
-          f"{links.latency_us:.0f} us, unshaped {links.unshaped.bandwidth_gbs:.2f} GB/s")
+    for (rate, flows), f in fits.items():
+        print(f"omb fit {rate:>5} Mbit/s, {flows} flow(s): alpha {f.latency_us:8.1f} us  "
+              f"B {f.bandwidth_gbs * 1e3:9.2f} MB/s per flow")
+    eff = ", ".join(f"{k} flow(s) {e:.3f}" for k, e in links.efficiency.items())
+    print(f"uplink model: efficiency of R/8 with {eff}; alpha {links.latency_us:.0f} us, "
+          f"unshaped {links.unshaped.bandwidth_gbs:.2f} GB/s")
 
     measured = read_rows(results / TABLE)
     model_rows = []

@@ -40,20 +40,25 @@ TABLE = Path("tables") / "emulated_sweep.sweep.csv"
 KEY = ("layout", "rate_mbit", "scheme")
 
 
-def run(scheme: str, rate: str, layout: str, args) -> tuple[Path, float | None]:
-    """One sweep point; the run dir and the other jobs' threads during its steady steps."""
+def run(scheme: str, rate: str, layout: str, args) -> tuple[Path, dict]:
+    """One sweep point; the run dir and the load of other jobs during its steady steps."""
     cmd = [sys.executable, "-m", "neoxlab", "experiment=emulated_sweep",
            f"compression={scheme}", f"model={args.model}", f"train.steps={args.steps}",
            f"cluster.emulated.inter.rate_mbit={'null' if rate == 'none' else rate}",
            f"launch.results_dir={args.results}", *LAYOUTS[layout]]
-    with Sampler("neoxlab.train") as sampler:
+    with Sampler("neoxlab.train", interval=0.05) as sampler:
         proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
     if proc.returncode:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n"
                            f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     run_dir = sorted((args.results / "emulated_sweep").iterdir())[-1]
-    load = during_steps(sampler, read_jsonl(run_dir / "metrics.jsonl"), 2)
-    return run_dir, None if load is None else load.external(2)
+    records = read_jsonl(run_dir / "metrics.jsonl")
+    steady = [r for r in records if r["step"] > 2]
+    window = (steady[0]["time"] - steady[0]["iteration_s"], steady[-1]["time"])
+    whole = sampler.load(*window)
+    return run_dir, {"external": during_steps(sampler, records, 2, 2),
+                     "external_whole_steps": whole and whole.external(2),
+                     "others_cores": sampler.others_cpu(*window)}
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -112,18 +117,20 @@ def main() -> int:
     for rate in args.rates:
         base = None
         for scheme in args.schemes:
-            run_dir, external = run(scheme, rate, args.layout, args)
+            run_dir, load = run(scheme, rate, args.layout, args)
             m = measure(run_dir)
             base = base or m
             rows.append({"layout": args.layout, "rate_mbit": rate, "scheme": scheme, **m,
                          "gain_samples": m["samples_per_s"] / base["samples_per_s"] - 1,
                          "gain_tflops": m["tflops_per_gpu"] / base["tflops_per_gpu"] - 1,
-                         "baseline_comm_share": base["comm_share"], "external": external,
+                         "baseline_comm_share": base["comm_share"], **load,
                          "run_dir": str(run_dir)})
             print(f"{args.layout} {rate:>5} {scheme:<9} {m['samples_per_s']:7.3f} samples/s "
                   f"gain {rows[-1]['gain_samples']:+7.1%}  comm {m['comm_share']:4.0%}  "
                   f"codec {m['codec_share']:4.0%}  uplinks {m['uplink_MB_per_step']:6.2f} "
-                  f"MB/step  external {external or 0:.1f}  loss {m['final_loss']:.4f}",
+                  f"MB/step  external {load['external'] or 0:.1f} (whole steps "
+                  f"{load['external_whole_steps'] or 0:.1f}, others' CPU "
+                  f"{load['others_cores'] or 0:.2f} cores)  loss {m['final_loss']:.4f}",
                   flush=True)
             write(rows, args.results / TABLE)
     print(f"table: {args.results / TABLE}")

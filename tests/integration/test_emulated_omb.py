@@ -45,3 +45,24 @@ def test_gloo_allreduce_between_emulated_nodes_runs_at_the_shaped_rate(tmp_path)
     iterations = 3 + 1
     sent = sum(r["size"] for r in rows) * iterations
     assert all(payload_bytes(c, "tx") >= sent for c in uplinks.values()), (uplinks, sent)
+
+
+def test_concurrent_groups_share_each_uplink(tmp_path):
+    # 2 nodes x 2 ranks, 2 groups ({0, 2} and {1, 3}) all-reducing at once: each uplink
+    # carries both groups' messages, so a group gets about half the shaped rate
+    size, iterations = 1 << 20, 3 + 1
+    proc, run_dir = run_experiment(
+        "emulated_omb", tmp_path, "cluster.emulated.prefix=nxtomb2", "launch.timeout_s=120",
+        f"cluster.emulated.inter.rate_mbit={RATE_MBIT}", "cluster.ranks_per_node=2",
+        "microbench.groups=2", "microbench.benchmarks=[allreduce]",
+        f"microbench.min_size={size}", f"microbench.max_size={size}",
+        "microbench.iterations=3", "microbench.warmup=1", timeout=180)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = em.read_omb(run_dir)
+    assert [(r["size"], r["groups"]) for r in rows] == [(size, 2)]
+    uplinks = json.loads((run_dir / "network.json").read_text())["uplinks"]
+    one_group = size * iterations
+    assert all(payload_bytes(c, "tx") >= 2 * one_group for c in uplinks.values()), uplinks
+    # both groups on the link: a group's message takes about twice its lone wire time
+    lone_s = (size - MIN_BURST_BYTES) / (RATE_MBIT * 1e6 / 8)
+    assert rows[0]["avg_us"] * 1e-6 >= 1.5 * lone_s, (rows[0], lone_s)

@@ -32,3 +32,13 @@ def test_bad_microbench_option_is_refused_before_anything_starts(results_dir):
                  f"launch.results_dir={results_dir}"])
     assert code == 2
     assert not any(results_dir.rglob("*"))
+
+
+def test_concurrent_groups_that_do_not_divide_the_ranks_are_refused(results_dir, capsys):
+    from neoxlab.cli import main
+
+    code = main(["experiment=omb_collectives", "microbench.groups=3",
+                 f"launch.results_dir={results_dir}"])
+    assert code == 2
+    assert "microbench.groups=3 with 4 ranks" in capsys.readouterr().err
+    assert not any(results_dir.rglob("*"))

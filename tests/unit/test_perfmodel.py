@@ -249,6 +249,34 @@ def test_every_profile_value_names_its_source(cluster):
     assert not missing, f"profile values without a source comment: {missing}"
 
 
+def _sampled(tasks: int, busy: list[bool], run_ns: int, wait_ns: int):
+    """A Sampler holding `tasks` tasks sampled every 0.1 s: in a busy interval each runs
+    `run_ns` and waits `wait_ns` for a core, in the others it sleeps."""
+    from neoxlab.perfmodel.stretch import Sampler
+
+    sampler = Sampler("none")
+    for pid in range(tasks):
+        run = wait = 0
+        sampler.samples[pid].append((0.0, 0, 0, 0))
+        for i, b in enumerate(busy, 1):
+            run, wait = run + b * run_ns, wait + b * wait_ns
+            sampler.samples[pid].append((i / 10, run, wait, run))
+    return sampler
+
+
+def test_external_load_counts_only_while_our_ranks_run():
+    # 4 ranks on 2 cores in bursts (runnable through 1 interval in 10, on a core half of
+    # it: stretch 2, just each other), asleep on a link the rest: no other job
+    bursty = _sampled(4, [True] + [False] * 9, 50_000_000, 50_000_000)
+    assert bursty.load().external(2) > 3  # the whole window's totals see phantom threads
+    assert bursty.external_while_running(2) == pytest.approx(0.0, abs=1e-9)
+    # always runnable and on a core a third of the time: 2 x 3 = 6 threads compete, 4 are
+    # ours, 2 belong to other jobs, whichever way it is counted
+    steady = _sampled(4, [True] * 10, 100_000_000 // 3, 200_000_000 // 3)
+    assert steady.external_while_running(2) == pytest.approx(2.0, rel=1e-6)
+    assert steady.load().external(2) == pytest.approx(2.0, rel=1e-6)
+
+
 def test_external_load_leaves_out_our_own_helper_threads():
     # 2 cores, stretch 3: 6 threads compete; 2 are our runnable ranks, our helper threads use
     # half a core (worth 1.5 always-runnable threads), so 2.5 belong to other jobs

@@ -18,20 +18,27 @@ def local():
     return em.local_profile(Path("/nonexistent"))[0]
 
 
-FITS = {"none": LinkProfile(latency_us=300.0, bandwidth_gbs=1.0),
-        "200": LinkProfile(latency_us=2000.0, bandwidth_gbs=0.0225),  # 0.9 of 25 MB/s
-        "10": LinkProfile(latency_us=4000.0, bandwidth_gbs=0.0011875)}  # 0.95 of 1.25 MB/s
+FITS = {("none", 1): LinkProfile(latency_us=300.0, bandwidth_gbs=1.0),
+        ("200", 1): LinkProfile(latency_us=2000.0, bandwidth_gbs=0.0225),  # 0.9 of 25 MB/s
+        ("10", 1): LinkProfile(latency_us=4000.0, bandwidth_gbs=0.0011875),  # 0.95 of 1.25
+        # two groups at once, each fitted alone: 2 x 0.5 of 1.25 MB/s
+        ("10", 2): LinkProfile(latency_us=4000.0, bandwidth_gbs=0.000625)}
 
 
 def test_uplink_model_scales_the_nominal_rate_by_the_fitted_efficiency():
     links = em.UplinkModel.from_fits(FITS)
-    assert links.efficiency == pytest.approx(0.925)
+    assert links.efficiency == pytest.approx({1: 0.925, 2: 1.0})
     assert links.latency_us == pytest.approx(3000.0)
     assert links.uplink(40.0).bandwidth_gbs == pytest.approx(0.925 * 40 / 8e3)
+    # 2 ranks of a node send at once: each gets half of what 2 flows carry together
+    assert links.uplink(40.0, 2).bandwidth_gbs == pytest.approx(1.0 * 40 / 8e3 / 2)
     assert links.uplink(1e6).bandwidth_gbs == pytest.approx(1.0)  # never above the bare veth
-    assert links.uplink(None) == FITS["none"]
+    assert links.uplink(None) == FITS[("none", 1)]
+    assert links.uplink(None, 2).bandwidth_gbs == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="4 flows at once"):
+        links.uplink(40.0, 4)
     with pytest.raises(ValueError, match="unshaped"):
-        em.UplinkModel.from_fits({"200": FITS["200"]})
+        em.UplinkModel.from_fits({("200", 1): FITS[("200", 1)]})
 
 
 def test_slower_uplinks_make_compression_pay_and_only_the_wire_grows():

@@ -201,6 +201,10 @@ class MicrobenchConfig:
     full: bool = True
     barrier: bool = False
     compress: str | None = None
+    # k > 1: the world splits into k groups (rank r in group r % k) that run every benchmark
+    # at once; rank 0 reports its group. On an emulated cluster with k ranks per node, each
+    # group crosses the nodes, so each uplink carries k flows, as a layout's DP groups do.
+    groups: int = 1
 
 
 @dataclass

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 
 from neoxlab.config import Config
 from neoxlab.omb.mpistart import start_mpi
 from neoxlab.omb.options import OmbOptions, OptionError, check_options
-from neoxlab.omb.report import table_header, table_row
+from neoxlab.omb.report import Row, table_header, table_row
 from neoxlab.omb.runner import iter_rows
 from neoxlab.run.rankjob import run_rank
 
@@ -30,17 +31,44 @@ def options_for(cfg: Config, benchmark: str) -> OmbOptions:
 
 def rules(cfg: Config, world: int) -> list[str]:
     """Every benchmark's options, checked as the ranks would check them, before any starts."""
+    k = cfg.microbench.groups
+    if k < 1 or world % k:
+        return [f"microbench.groups={k} with {world} ranks: the ranks split into equal "
+                "concurrent groups, so groups must be >= 1 and divide the rank count; set "
+                f"microbench.groups to a divisor of {world}"]
     errors = []
     for benchmark in cfg.microbench.benchmarks:
         try:
-            check_options(options_for(cfg, benchmark), world)
+            check_options(options_for(cfg, benchmark), world // k)
         except OptionError as exc:
             errors.append(f"microbench ({benchmark}): {exc}")
     return errors
 
 
-def run(cfg: Config, run_dir: Path, comm, terminal) -> int:
-    rank, size = comm.Get_rank(), comm.Get_size()
+def my_group(cfg: Config, comm):
+    """This rank's communicator: the world, or its concurrent group (microbench.groups)."""
+    k = cfg.microbench.groups
+    return comm if k == 1 else comm.Split(comm.Get_rank() % k, comm.Get_rank())
+
+
+def lockstep(rows: Iterator[Row], world, concurrent: int) -> Iterator[Row]:
+    """Concurrent groups start every message size together (a world barrier before each),
+    so each size is timed while all groups load the links, not after one has drifted ahead."""
+    if concurrent == 1:
+        yield from rows
+        return
+    while True:
+        world.Barrier()
+        row = next(rows, None)
+        if row is None:
+            return
+        yield row
+
+
+def run(cfg: Config, run_dir: Path, world, terminal) -> int:
+    comm = my_group(cfg, world)
+    rank, size = world.Get_rank(), comm.Get_size()
+    concurrent = cfg.microbench.groups
     all_options = [options_for(cfg, b) for b in cfg.microbench.benchmarks]
     for opts in all_options:  # every benchmark's options checked before any runs
         check_options(opts, size)
@@ -49,11 +77,15 @@ def run(cfg: Config, run_dir: Path, comm, terminal) -> int:
     for opts in all_options:
         if rank == 0:
             print(table_header(opts, size), file=terminal, flush=True)
-        for row in iter_rows(opts, comm):
+            if concurrent > 1:
+                print(f"# {concurrent} groups of {size} ranks run it at once (rows: group 0)",
+                      file=terminal, flush=True)
+        for row in lockstep(iter_rows(opts, comm), world, concurrent):
             failures += row.validation == "Fail"
             if out is not None:
                 print(table_row(row, opts), file=terminal, flush=True)
-                out.write(json.dumps({"benchmark": opts.benchmark, **asdict(row)}) + "\n")
+                out.write(json.dumps({"benchmark": opts.benchmark, "groups": concurrent,
+                                     **asdict(row)}) + "\n")
     if out is not None:
         out.close()
     return 1 if failures else 0

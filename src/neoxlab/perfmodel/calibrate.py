@@ -268,8 +268,8 @@ def measured_run(root: Path, overrides: list[str], timeout: float | None = None
     cfg = rundir.load_config(run_dir)
     records = [json.loads(line) for line in
                (run_dir / "metrics.jsonl").read_text().splitlines()]
-    load = during_steps(sampler, records, cfg.train.metrics_warmup_steps)
-    return run_dir, None if load is None else load.external(cfg.cluster.cores_per_node)
+    return run_dir, during_steps(sampler, records, cfg.train.metrics_warmup_steps,
+                                 cfg.cluster.cores_per_node)
 
 
 def launch_calibration_runs(results: Path) -> list[tuple[Path, float | None]]:

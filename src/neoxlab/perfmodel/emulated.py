@@ -3,16 +3,20 @@ all-reduce and all-gather sweeps (up to 4 MiB) run inside the namespaces, the re
 local profile.
 
 An uplink shaped to R Mbit/s carries at most R/8 MB/s per direction; TCP/IP headers and the
-token bucket take a share of it, so the link model is
+token bucket take a share of it, and how large a share depends on how many TCP flows cross
+it at once (one flow backs off and leaves the bucket idle; two fill each other's gaps). So
+the link model is, per node and direction, with f flows through the uplink at once,
 
-    B(R) = min(B_unshaped, efficiency x R / 8)     (per node, per direction)
-    alpha(R) = the median alpha of the shaped fits  (tbf adds queueing, not a fixed delay)
+    B(R, f) = min(B_unshaped, efficiency[f] x R / 8)
+    alpha(R) = the median alpha of the one-flow shaped fits (tbf adds queueing, not a delay)
 
-with `efficiency` the median of B_fit / (R / 8) over the shaped fit rates; a node's ranks
-reduce at once (one in each DP group), so each rank gets B(R) / ranks_per_node (the model's
-per-rank convention, as configs/cluster/lassen.yaml's inter link). Compute, framework
-overheads and the codecs come from the local profile (this machine's cores: the same ones
-the emulated nodes run on), the codecs timed again here on one thread.
+with efficiency[f] the median of f x B_fit / (R / 8) over the shaped fit rates, B_fit the
+bandwidth of one of f groups that ran the sweeps at once (experiment emulated_omb with
+microbench.groups = f, one rank of each group per node). A node's ranks reduce at once (one
+in each DP group), so with k ranks per node each gets B(R, k) / k (the model's per-rank
+convention, as configs/cluster/lassen.yaml's inter link). Compute, framework overheads and
+the codecs come from the local profile (this machine's cores: the same ones the emulated
+nodes run on), the codecs timed again here on one thread.
 """
 
 from __future__ import annotations
@@ -42,40 +46,53 @@ def read_omb(run_dir: Path) -> list[dict]:
 
 
 def fit_rate(rows: list[dict]) -> LinkProfile:
-    """alpha-beta of one rate's sweeps (2 ranks, one per node), every benchmark at once."""
+    """alpha-beta of one rate's sweeps (groups of 2 ranks, one per node), every benchmark at
+    once; with concurrent groups, the bandwidth one group got."""
     return fit_alpha_beta([(b, 2, [r for r in rows if r["benchmark"] == b], 1.0)
                            for b in BANDWIDTH_BENCHMARKS])
+
+
+FitKey = tuple[str, int]  # (rate in Mbit/s or "none", flows through each uplink at once)
 
 
 @dataclass(frozen=True)
 class UplinkModel:
     unshaped: LinkProfile  # the bare veth path (also the intra-node link: the same veths)
-    efficiency: float  # fitted bytes/s over the nominal R/8
-    latency_us: float  # alpha of the shaped fits
-    fits: dict[str, LinkProfile]  # rate (Mbit/s, or "none") -> its own fit
+    efficiency: dict[int, float]  # flows at once -> their total bytes/s over the nominal R/8
+    latency_us: float  # alpha of the one-flow shaped fits
+    fits: dict[FitKey, LinkProfile]  # each fit of its own
 
     @classmethod
-    def from_fits(cls, fits: dict[str, LinkProfile]) -> UplinkModel:
-        shaped = {float(r): f for r, f in fits.items() if r != UNSHAPED}
-        if UNSHAPED not in fits or not shaped:
-            raise ValueError("fit the unshaped link and at least one shaped rate "
+    def from_fits(cls, fits: dict[FitKey, LinkProfile]) -> UplinkModel:
+        shaped = {(float(r), f): fit for (r, f), fit in fits.items() if r != UNSHAPED}
+        if (UNSHAPED, 1) not in fits or not any(f == 1 for _, f in shaped):
+            raise ValueError("fit the unshaped link and at least one shaped rate with one flow "
                              f"(fitted: {sorted(fits)}); add them to --fit-rates")
-        eff = statistics.median(f.bandwidth_gbs / (r / 8e3) for r, f in shaped.items())
-        alpha = statistics.median(f.latency_us for f in shaped.values())
-        return cls(fits[UNSHAPED], eff, alpha, fits)
+        eff = {flows: statistics.median(flows * fit.bandwidth_gbs / (r / 8e3)
+                                        for (r, f), fit in shaped.items() if f == flows)
+               for flows in sorted({f for _, f in shaped})}
+        alpha = statistics.median(fit.latency_us for (_, f), fit in shaped.items() if f == 1)
+        return cls(fits[(UNSHAPED, 1)], eff, alpha, fits)
 
-    def uplink(self, rate_mbit: float | None) -> LinkProfile:
-        """The node's link at a rate (None: unshaped), per node and direction."""
+    def uplink(self, rate_mbit: float | None, flows: int = 1) -> LinkProfile:
+        """One of `flows` ranks sending through the node's uplink at once, at a rate (None:
+        unshaped), per direction."""
         if rate_mbit is None:
-            return self.unshaped
-        bw = min(self.unshaped.bandwidth_gbs, self.efficiency * rate_mbit / 8e3)
+            return dataclasses.replace(self.unshaped,
+                                       bandwidth_gbs=self.unshaped.bandwidth_gbs / flows)
+        if flows not in self.efficiency:
+            raise ValueError(
+                f"no uplink fit with {flows} flows at once (fitted: {sorted(self.efficiency)})"
+                f"; run bench/emulated_model.py --measure --fit-flows {flows}")
+        bw = min(self.unshaped.bandwidth_gbs, self.efficiency[flows] * rate_mbit / 8e3)
         return LinkProfile(latency_us=max(self.latency_us, self.unshaped.latency_us),
-                           bandwidth_gbs=bw, p2p_latency_us=self.unshaped.p2p_latency_us)
+                           bandwidth_gbs=bw / flows, p2p_latency_us=self.unshaped.p2p_latency_us)
 
     def as_dict(self) -> dict:
-        return {"unshaped": dataclasses.asdict(self.unshaped), "efficiency": self.efficiency,
-                "latency_us": self.latency_us,
-                "fits": {r: dataclasses.asdict(f) for r, f in self.fits.items()}}
+        return {"unshaped": dataclasses.asdict(self.unshaped),
+                "efficiency_by_flows": self.efficiency, "latency_us": self.latency_us,
+                "fits": {f"{r} Mbit/s, {f} flow(s)": dataclasses.asdict(fit)
+                         for (r, f), fit in self.fits.items()}}
 
 
 def local_profile(results: Path) -> tuple[PerfProfile, str]:
@@ -89,8 +106,7 @@ def emulated_profile(base: PerfProfile, links: UplinkModel, rate_mbit: float | N
                      sharing: int, codecs: dict[str, CodecProfile] | None = None
                      ) -> PerfProfile:
     """The local profile with the emulated links: per rank, `sharing` ranks per uplink."""
-    up = links.uplink(rate_mbit)
-    inter = dataclasses.replace(up, bandwidth_gbs=up.bandwidth_gbs / sharing)
+    inter = links.uplink(rate_mbit, sharing)
     intra = dataclasses.replace(links.unshaped)
     return dataclasses.replace(base, intra=intra, inter=inter, codecs=codecs or base.codecs,
                                calibration=None, source="local profile + emulated uplinks "

@@ -46,6 +46,15 @@ def process_cpu_ns(pid: int) -> int | None:
         return None
 
 
+def machine_busy_ns() -> int | None:
+    """CPU time all cores spent on anything but idle and iowait since boot (/proc/stat)."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        return round((sum(fields[:8]) - fields[3] - fields[4]) * TICK_NS)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def stretch(run_ns: int, wait_ns: int) -> float | None:
     return (run_ns + wait_ns) / run_ns if run_ns > 0 else None
 
@@ -72,6 +81,7 @@ class Sampler:
         self.marker, self.interval = marker, interval
         # pid -> (time, main thread run ns, main thread wait ns, whole process CPU ns)
         self.samples: dict[int, list[tuple[float, int, int, int]]] = defaultdict(list)
+        self.machine: list[tuple[float, int]] = []  # (time, busy ns of all cores)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -92,6 +102,9 @@ class Sampler:
     def _run(self) -> None:
         while not self._stop.is_set():
             now = time.time()
+            busy = machine_busy_ns()
+            if busy is not None:
+                self.machine.append((now, busy))
             for pid in self._pids():
                 value = schedstat(Path(f"/proc/{pid}/schedstat"))
                 cpu = process_cpu_ns(pid)
@@ -131,12 +144,62 @@ class Sampler:
         return Load(s, (run + wait) / window, max(0.0, (cpu - run) / window))
 
 
-def during_steps(sampler: Sampler, records: list[dict], warmup: int) -> Load | None:
-    """The ranks' load over the steady steps of a run (records from its metrics.jsonl:
-    `time` is the wall clock at a step's end), the steps summary.json takes its median of."""
+    def others_cpu(self, start: float = 0.0, end: float = float("inf")) -> float | None:
+        """Cores busy with anything but the sampled tasks over [start, end]: other jobs,
+        and the kernel's own work such as packet processing (a check on the estimate of
+        external threads, which the model takes)."""
+        inside = [m for m in self.machine if start <= m[0] <= end]
+        if len(inside) < 2:
+            return None
+        ours = 0
+        for series in self.samples.values():
+            mine = [s for s in series if inside[0][0] <= s[0] <= inside[-1][0]]
+            if len(mine) >= 2:
+                ours += mine[-1][3] - mine[0][3]
+        window = (inside[-1][0] - inside[0][0]) * 1e9
+        return max(0.0, (inside[-1][1] - inside[0][1] - ours) / window)
+
+    def external_while_running(self, cores: int, start: float = 0.0,
+                               end: float = float("inf")) -> float | None:
+        """Other jobs' threads our tasks met while they ran: e = c s - r - s h of each
+        sampling interval, averaged with the weight of our tasks' time on a core in it.
+
+        The ranks of a synchronous job run in bursts: all at once (compute, codecs), then all
+        asleep on a link. Over a whole step the mean runnable count r is low while the
+        stretch s is that of the bursts, so e of the step's totals counts our own ranks'
+        contention as other jobs' threads (1.8-3.1 of them on an idle machine, for emulated
+        runs at 40 Mbit/s), and a prediction then slows their CPU work by load that was
+        never there. Intervals, not single samples, keep tick-rounded CPU times unbiased."""
+        rounds: dict[float, dict[int, tuple[int, int, int]]] = defaultdict(dict)
+        for pid, series in self.samples.items():
+            for t, run, wait, cpu in series:
+                if start <= t <= end:
+                    rounds[t][pid] = (run, wait, cpu)
+        times = sorted(rounds)
+        total = weight = 0.0
+        for t0, t1 in zip(times, times[1:], strict=False):
+            run = wait = cpu = 0
+            for pid, (r1, w1, c1) in rounds[t1].items():
+                if pid in rounds[t0]:
+                    r0, w0, c0 = rounds[t0][pid]
+                    run, wait, cpu = run + r1 - r0, wait + w1 - w0, cpu + c1 - c0
+            if run <= 0:
+                continue
+            window = (t1 - t0) * 1e9
+            s = (run + wait) / run
+            e = cores * s - (run + wait) / window - s * (cpu - run) / window
+            total, weight = total + e * run, weight + run
+        return max(0.0, total / weight) if weight else None
+
+
+def during_steps(sampler: Sampler, records: list[dict], warmup: int, cores: int
+                 ) -> float | None:
+    """Other jobs' threads while the ranks ran their steady steps (records from a run's
+    metrics.jsonl: `time` is the wall clock at a step's end), the steps summary.json takes
+    its median of."""
     steady = [r for r in records if r["step"] > warmup] or records
     start = steady[0]["time"] - steady[0]["iteration_s"]
-    return sampler.load(start, steady[-1]["time"])
+    return sampler.external_while_running(cores, start, steady[-1]["time"])
 
 
 @contextmanager
