@@ -11,8 +11,11 @@ point measured again replaces its row), then `make figures EXP=emulated_sweep` d
 
 comm share: the accounted time of the training collectives (all-reduce, reduce(-scatter),
 all-gather, all-to-all; start-up broadcasts left out) per rank over the run's summed step
-times. `external`: other jobs' threads competing for the cores during the steady steps
-(perfmodel.stretch), the input the performance model takes for a shared machine.
+times. `external`: other jobs' threads competing for the cores while the ranks ran their
+steady steps (perfmodel.stretch), the input the performance model takes for a shared
+machine; `external_whole_steps`: the same taken over whole steps (it counts the ranks' own
+bursts as other jobs' threads), and `others_cores`: cores busy with anything but our
+processes (/proc/stat), kept beside it as the check.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from neoxlab.perfmodel.stretch import Sampler, during_steps
+from neoxlab.perfmodel.stretch import Sampler, during_steps, steady_window
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMES = ("none", "naive", "zhybrid", "mzhybrid")
@@ -53,8 +56,7 @@ def run(scheme: str, rate: str, layout: str, args) -> tuple[Path, dict]:
                            f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     run_dir = sorted((args.results / "emulated_sweep").iterdir())[-1]
     records = read_jsonl(run_dir / "metrics.jsonl")
-    steady = [r for r in records if r["step"] > 2]
-    window = (steady[0]["time"] - steady[0]["iteration_s"], steady[-1]["time"])
+    window = steady_window(records, 2)
     whole = sampler.load(*window)
     return run_dir, {"external": during_steps(sampler, records, 2, 2),
                      "external_whole_steps": whole and whole.external(2),

@@ -192,14 +192,17 @@ class Sampler:
         return max(0.0, total / weight) if weight else None
 
 
+def steady_window(records: list[dict], warmup: int) -> tuple[float, float]:
+    """(start, end) wall clock of a run's steady steps, the ones summary.json takes its median
+    of (records from its metrics.jsonl: `time` is the wall clock at a step's end)."""
+    steady = [r for r in records if r["step"] > warmup] or records
+    return steady[0]["time"] - steady[0]["iteration_s"], steady[-1]["time"]
+
+
 def during_steps(sampler: Sampler, records: list[dict], warmup: int, cores: int
                  ) -> float | None:
-    """Other jobs' threads while the ranks ran their steady steps (records from a run's
-    metrics.jsonl: `time` is the wall clock at a step's end), the steps summary.json takes
-    its median of."""
-    steady = [r for r in records if r["step"] > warmup] or records
-    start = steady[0]["time"] - steady[0]["iteration_s"]
-    return sampler.external_while_running(cores, start, steady[-1]["time"])
+    """Other jobs' threads while the ranks ran their steady steps."""
+    return sampler.external_while_running(cores, *steady_window(records, warmup))
 
 
 @contextmanager
