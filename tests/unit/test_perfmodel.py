@@ -115,6 +115,21 @@ def test_zfp_ratio_depends_on_the_element_width():
         codec_ratio("mpc", {}, 16, None)
 
 
+def test_a_codec_profile_timed_at_the_dimension_rate_is_preferred():
+    # zhybrid codes ZeRO and TP traffic at ZFP rate 24, naive everything at rate 8: a slow
+    # rate-24 profile slows zhybrid's codecs only
+    def codec_s(scheme: str, profile: PerfProfile) -> float:
+        cfg = compose_experiment("local_3d", [f"compression={scheme}"])
+        return predict(cfg, profile).breakdown["codec"] / predict(cfg, profile).slowdown
+
+    base = resolve_profile(compose_experiment("local_3d")).profile
+    slow = dataclasses.replace(base, codecs={**base.codecs, "zfp:rate=24": CodecProfile(
+        encode_gbs=base.codecs["zfp"].encode_gbs / 10,
+        decode_gbs=base.codecs["zfp"].decode_gbs / 10, call_us=base.codecs["zfp"].call_us)})
+    assert codec_s("zhybrid", slow) > 2 * codec_s("zhybrid", base)
+    assert codec_s("naive", slow) == pytest.approx(codec_s("naive", base))
+
+
 def test_links_follow_the_rank_layout():
     lassen = resolve_layout(compose_experiment("baseline_192gpu"))
     assert not crosses_nodes(lassen, "tp", 4)  # TP 4 = one node

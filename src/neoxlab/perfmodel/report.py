@@ -64,9 +64,9 @@ KNOBS: dict[str, Callable[[PerfProfile, float], PerfProfile]] = {
     "achievable TFLOPS": lambda p, k: dataclasses.replace(
         p, achievable_tflops=p.achievable_tflops * k),
     "zfp throughput": lambda p, k: dataclasses.replace(p, codecs={
-        **p.codecs, "zfp": dataclasses.replace(p.codecs["zfp"],
-                                              encode_gbs=p.codecs["zfp"].encode_gbs * k,
-                                              decode_gbs=p.codecs["zfp"].decode_gbs * k)}),
+        name: (dataclasses.replace(c, encode_gbs=c.encode_gbs * k, decode_gbs=c.decode_gbs * k)
+               if name.partition(":")[0] == "zfp" else c)  # every rate's profile
+        for name, c in p.codecs.items()}),
 }
 
 
