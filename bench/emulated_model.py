@@ -49,23 +49,23 @@ def omb_runs(results: Path, rates: list[str], flows: list[int], measure: bool
     the unshaped link is fitted with one flow only."""
     root = results / "emulated_omb"
     points = [(r, f) for r in rates for f in flows if f == 1 or r != em.UNSHAPED]
-    found: dict[em.FitKey, Path] = {}
-    for rate, f in points:
-        if measure:
+    if measure:
+        for rate, f in points:
             cmd = [sys.executable, "-m", "neoxlab", "experiment=emulated_omb",
                    f"cluster.emulated.inter.rate_mbit={'null' if rate == 'none' else rate}",
                    f"cluster.ranks_per_node={f}", f"microbench.groups={f}",
                    f"launch.results_dir={results}"]
             subprocess.run(cmd, cwd=REPO, check=True, capture_output=True, text=True)
-        for run_dir in sorted(root.iterdir()) if root.exists() else []:
+    found: dict[em.FitKey, Path] = {}
+    for run_dir in sorted(root.iterdir()) if root.exists() else []:  # newest last
+        if (run_dir / "omb.jsonl").exists():
             cfg = rundir.load_config(run_dir)
-            key = (_rate(cfg.cluster.emulated.inter.rate_mbit), cfg.microbench.groups)
-            if (run_dir / "omb.jsonl").exists() and key == (rate, f):
-                found[key] = run_dir
-        if (rate, f) not in found:
-            raise SystemExit(f"no emulated_omb run at rate {rate} with {f} flow(s) under "
-                             f"{root}: use --measure")
-    return found
+            found[(_rate(cfg.cluster.emulated.inter.rate_mbit), cfg.microbench.groups)] = run_dir
+    missing = [p for p in points if p not in found]
+    if missing:
+        raise SystemExit(f"no emulated_omb run at (rate, flows) {missing} under {root}: "
+                         "use --measure")
+    return {p: found[p] for p in points}
 
 
 def _rate(value: float | None) -> str:

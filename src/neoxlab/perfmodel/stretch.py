@@ -65,9 +65,13 @@ class Load:
     runnable: float  # our tasks runnable on average (run + wait) / window
     helpers: float = 0.0  # cores used by our processes' other threads
 
+    def others(self, cores: int) -> float:
+        """cores x stretch - ours, unclamped (an average over intervals needs the sign)."""
+        return cores * self.stretch - self.runnable - self.stretch * self.helpers
+
     def external(self, cores: int) -> float:
-        """Threads of other jobs competing for the cores: cores x stretch - ours."""
-        return max(0.0, cores * self.stretch - self.runnable - self.stretch * self.helpers)
+        """Threads of other jobs competing for the cores."""
+        return max(0.0, self.others(cores))
 
 
 STARTERS = {"neoxlab.run.forkserver", "neoxlab.run.forked_rank"}  # run/forkserver.py
@@ -186,8 +190,7 @@ class Sampler:
             if run <= 0:
                 continue
             window = (t1 - t0) * 1e9
-            s = (run + wait) / run
-            e = cores * s - (run + wait) / window - s * (cpu - run) / window
+            e = Load((run + wait) / run, (run + wait) / window, (cpu - run) / window).others(cores)
             total, weight = total + e * run, weight + run
         return max(0.0, total / weight) if weight else None
 
