@@ -1,12 +1,14 @@
-"""2 emulated nodes x 2 ranks (TP inside a node, DP across): training, the uplinks' byte
-counters against the comm accounting, a killed run's leftovers, packet loss, a cut link.
+"""2 emulated nodes x 2 ranks (TP inside a node, DP across), started by the cluster's own
+multi-node Slurm: training, the uplinks' byte counters against the comm accounting, a killed
+run's leftovers, packet loss, a cut link; and the same job started by MPICH's hydra.
 
-Needs root and iproute2 (CI has both); skips with the reason elsewhere. One baseline run is
-shared by the first three tests.
+Needs root and iproute2 (CI has both) and slurm-wlm with a running munged (`make slurm-up`;
+CI runs it); skips with the reason elsewhere. One baseline run is shared by most tests.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -19,17 +21,18 @@ from pathlib import Path
 import pytest
 
 from neoxlab.config.emulated import EmulatedConfig
-from neoxlab.netem import cluster
+from neoxlab.netem import cluster, slurm
 from neoxlab.netem.topology import Topology
 from neoxlab.netem.wire import accounted_between_nodes, payload_bytes
 from tests.conftest import REPO_ROOT
 from tests.integration.harness import processes_of, read_metrics, read_status, run_experiment
 
-PREFIX = "nxtest"  # not the experiment's default, so a user's cluster is never touched
-ARGS = (f"cluster.emulated.prefix={PREFIX}", "train.steps=3", "launch.timeout_s=300")
-TOPO = Topology.from_config(EmulatedConfig(prefix=PREFIX), 2, 2)
+PREFIX, SUBNET = "nxtest", 223  # not the experiment's, so a user's cluster is never touched
+ARGS = (f"cluster.emulated.prefix={PREFIX}", f"cluster.emulated.subnet={SUBNET}",
+        "train.steps=3", "launch.timeout_s=300")
+TOPO = Topology.from_config(EmulatedConfig(prefix=PREFIX, subnet=SUBNET), 2, 2)
 
-_missing = cluster.prerequisite_problem()
+_missing = cluster.prerequisite_problem() or "; ".join(slurm.problems(TOPO)) or None
 pytestmark = pytest.mark.skipif(_missing is not None, reason=_missing or "")
 
 
@@ -49,12 +52,25 @@ def baseline(results) -> Path:
     return run_dir
 
 
-def test_trains_three_steps_across_two_nodes(baseline):
+def test_trains_three_steps_across_two_nodes_placed_by_slurm(baseline):
     assert read_status(baseline)["state"] == "completed"
     assert [m["step"] for m in read_metrics(baseline)] == [1, 2, 3]
     network = json.loads((baseline / "network.json").read_text())
     assert {r["node"] for r in network["ranks"]} == {0, 1} and network["links_down"] == []
-    assert our_namespaces() == [] and not processes_of(baseline)
+    logs = baseline / "logs" / "slurm"
+    assert "NodeList=n[0-1]" in (logs / "slurmctld.log").read_text()  # one job on both nodes
+    for node in ("n0", "n1"):  # each node's own slurmd started its 2 ranks
+        launched = (logs / f"slurmd.{node}.log").read_text().count("launch task StepId=")
+        assert launched == 1, (node, launched)
+    assert our_namespaces() == [] and not processes_of(baseline) and not slurm_daemons()
+
+
+def test_hydra_starts_the_same_job_with_the_same_losses(baseline, results):
+    proc, hydra = run_experiment("emulated_2x2", results, *ARGS, "cluster.launcher=mpiexec",
+                                 timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert [m["loss"] for m in read_metrics(hydra)] == [m["loss"] for m in read_metrics(baseline)]
+    assert not (hydra / "logs" / "slurm").exists() and our_namespaces() == []
 
 
 def test_uplink_counters_match_the_accounted_inter_node_bytes(baseline):
@@ -72,15 +88,15 @@ def test_set_up_over_a_killed_run_then_one_percent_loss_keeps_the_losses(baselin
     before = set(runs_of(results))
     killed = start_run(results, "train.steps=500")
     run_dir = wait_for_step(results, before, killed, 1)
-    killed.kill()  # SIGKILL: no teardown; its ranks live on in the stale namespaces
+    killed.kill()  # SIGKILL: no teardown; its ranks and Slurm live on
     killed.wait()
-    assert len(our_namespaces()) == 7
+    assert len(our_namespaces()) == 7 and slurm_daemons()
     proc, lossy = run_experiment("emulated_2x2", results, *ARGS,
                                  "cluster.emulated.inter.loss_pct=1", timeout=400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert [m["loss"] for m in read_metrics(lossy)] == [m["loss"] for m in read_metrics(baseline)]
     assert wait_until(lambda: not processes_of(run_dir), 30), "the killed run's ranks survived"
-    assert our_namespaces() == []
+    assert our_namespaces() == [] and not slurm_daemons()
 
 
 def test_a_cut_uplink_fails_the_job_naming_the_rank_and_the_link(results):
@@ -95,7 +111,20 @@ def test_a_cut_uplink_fails_the_job_naming_the_rank_and_the_link(results):
     status = read_status(run_dir)
     assert status["state"] == "failed" and took < 120, (status, took)
     assert status["failed_rank"] is not None and "uplink of node n1 is down" in status["error"]
-    assert not processes_of(run_dir) and our_namespaces() == []
+    assert not processes_of(run_dir) and our_namespaces() == [] and not slurm_daemons()
+
+
+def slurm_daemons() -> list:
+    """slurmctld and slurmd processes of the test cluster's own Slurm."""
+    import psutil
+
+    conf = str(slurm.conf_path(TOPO))
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if conf in (proc.info["cmdline"] or []):
+                found.append(proc)
+    return found
 
 
 def start_run(results: Path, *overrides: str) -> subprocess.Popen:

@@ -1,21 +1,26 @@
 """Run a job on an emulated cluster (cluster.emulated): build the namespaces, start the ranks
-with MPICH's hydra across the emulated nodes, record what the uplinks carried, tear down.
+across the emulated nodes, record what the uplinks carried, tear down.
 
-Hydra's ssh launcher is given launch/netns_proxy.sh as its "ssh": one proxy per emulated node
-on this machine, whose ranks each enter their own namespace (launch/netns_rank.sh). Gloo then
-talks over the ranks' `eth0` (GLOO_SOCKET_IFNAME) and rank 0's emulated address, so every
-byte between nodes crosses the shaped uplinks.
+Two ways to start the ranks (cluster.launcher):
+- srun: a real multi-node Slurm on the emulated nodes (netem.slurm: one slurmd per node
+  namespace under a controller of its own); srun places the ranks on the nodes, and each
+  enters its own namespace from its node's (launch/netns_rank.sh).
+- mpiexec: MPICH's hydra, whose ssh launcher is launch/netns_proxy.sh: one proxy per
+  emulated node on this machine, whose ranks enter their namespaces the same way.
+Gloo then talks over the ranks' `eth0` (GLOO_SOCKET_IFNAME) and rank 0's emulated address, so
+every byte between nodes crosses the shaped uplinks.
 """
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 from neoxlab.config import Config, ConfigError
 from neoxlab.files import REPO_ROOT
 from neoxlab.launch import local
 from neoxlab.layout import world_size
-from neoxlab.netem import cluster
+from neoxlab.netem import cluster, slurm
 from neoxlab.netem.topology import RANK_IF, Topology, problems
 from neoxlab.run import rundir
 
@@ -35,6 +40,8 @@ def preflight(cfg: Config) -> None:
                      world_size(cfg))
     if cfg.launch.submit and (missing := cluster.prerequisite_problem()):
         found.append(missing)
+    if cfg.launch.submit and cfg.cluster.launcher == "srun":
+        found += slurm.problems(topology(cfg))
     if found:
         raise ConfigError("; ".join(found))
 
@@ -45,6 +52,14 @@ def mpiexec_command(cfg: Config, run_dir: Path, topo: Topology, server: str | No
     hosts = ",".join(f"{topo.node_host(k)}:{topo.ranks_per_node}" for k in range(topo.nodes))
     return [local.mpiexec_path(), "-launcher", "ssh", "-launcher-exec", str(PROXY),
             "-hosts", hosts, "-n", str(world_size(cfg)),
+            "sh", str(RANK), topo.prefix, *local.rank_program(cfg, run_dir, server)]
+
+
+def srun_command(cfg: Config, run_dir: Path, topo: Topology, server: str | None) -> list[str]:
+    """One job step across the emulated nodes' slurmds (a job of its own: srun allocates)."""
+    return ["srun", f"--job-name={cfg.experiment}", f"--nodes={topo.nodes}",
+            f"--ntasks-per-node={topo.ranks_per_node}", f"--ntasks={world_size(cfg)}",
+            f"--mpi={cfg.cluster.mpi}", "--kill-on-bad-exit=1",
             "sh", str(RANK), topo.prefix, *local.rank_program(cfg, run_dir, server)]
 
 
@@ -60,11 +75,15 @@ def launch(cfg: Config, run_dir: Path) -> int:
     and Ctrl-C. network.json in the run dir records the links and what each uplink carried."""
     preflight(cfg)
     topo = topology(cfg)
-    with cluster.running(topo, keep=cfg.cluster.emulated.keep):
+    env = environment(cfg, run_dir)
+    with cluster.running(topo, keep=cfg.cluster.emulated.keep), contextlib.ExitStack() as stack:
+        command = mpiexec_command
+        if cfg.cluster.launcher == "srun":
+            env.update(stack.enter_context(slurm.running(topo, run_dir / "logs" / "slurm")))
+            command = srun_command
         before = cluster.uplink_counters(topo)
-        code = local.launch(cfg, run_dir,
-                            lambda server: mpiexec_command(cfg, run_dir, topo, server),
-                            environment(cfg, run_dir))
+        code = local.launch(cfg, run_dir, lambda server: command(cfg, run_dir, topo, server),
+                            env)
         after = cluster.uplink_counters(topo)
         down = cluster.down_links(topo)
         record_network(run_dir, topo, before, after, down)

@@ -8,6 +8,7 @@ from neoxlab.config import Config, ConfigError
 from neoxlab.launch.jobscript import directive_value
 
 LAUNCHERS = {"local": "mpiexec", "lsf": "jsrun", "slurm": "srun"}
+EMULATED_LAUNCHERS = ("srun", "mpiexec")  # a multi-node Slurm, or hydra (netem, launch.emulated)
 RANK_STARTS = ("forkserver", "exec")
 SLURM_MPI = ("pmi2", "pmix", "pmi1", "none")
 LSF_WALLTIME = re.compile(r"^(\d+:)?\d+$")  # [HH:]MM
@@ -26,7 +27,13 @@ def validate_cluster(cfg: Config) -> list[str]:
     """Every violated cluster/launch rule with its value and fix; empty when launchable."""
     c, errors = cfg.cluster, []
     expected = LAUNCHERS.get(c.scheduler)
-    if expected and c.launcher != expected:
+    if c.emulated is not None and c.scheduler == "local":
+        if c.launcher not in EMULATED_LAUNCHERS:
+            errors.append(
+                f"cluster.launcher='{c.launcher}' cannot start ranks on an emulated cluster; "
+                "use cluster.launcher=srun (a multi-node Slurm on the emulated nodes) or "
+                "cluster.launcher=mpiexec (MPICH hydra across them)")
+    elif expected and c.launcher != expected:
         errors.append(
             f"cluster.launcher='{c.launcher}' does not go with scheduler '{c.scheduler}'; "
             f"use cluster.launcher={expected}"

@@ -55,6 +55,12 @@ class Topology:
     def switch_ns(self) -> str:
         return f"{self.prefix}-sw"
 
+    @property
+    def mgmt_if(self) -> str:
+        """The management link's end in the machine's namespace (netem.slurm only); <= 15
+        characters, as the prefix has at most 12."""
+        return f"{self.prefix}-mg"
+
     def node_ns(self, node: int) -> str:
         return f"{self.prefix}-n{node}"
 
