@@ -140,3 +140,12 @@ def test_a_subnet_already_on_the_machine_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(slurm, "munge_works", lambda: True)
     monkeypatch.setattr(slurm.shutil, "which", lambda name: name)
     assert "cluster.emulated.subnet=77: 10.77.0.0/16 is already" in slurm.problems(topo())[0]
+
+
+def test_ranks_under_srun_start_fresh_and_under_hydra_from_the_fork_server():
+    from neoxlab.launch import local
+
+    def cfg(launcher: str):
+        return compose_experiment("emulated_2x2", [f"cluster.launcher={launcher}",
+                                                   "launch.submit=false"])
+    assert not local.uses_forkserver(cfg("srun")) and local.uses_forkserver(cfg("mpiexec"))
