@@ -38,32 +38,37 @@ from emulated_sweep import LAYOUTS, TABLE  # noqa: E402
 
 FIT_RATES = ["none", "200", "10"]  # omb fits; the sweep's other rates are held out
 FIT_FLOWS = [1, 2]  # flows through an uplink at once (2: the 2x2 layout's 2 ranks per node)
+FIT_NODES = [2, 4]  # nodes sending at once on the bare link (4: the 4x1 layout)
 CURVE_RATES = np.geomspace(5, 5000, 40)
 SHARE_BOUND = 0.40  # the issue's bound applies where communication is >= 40 % of the step
 LASSEN = ["baseline_192gpu", "naive_192gpu", "hybrid_192gpu", "mzhybrid_192gpu"]
 
 
-def omb_runs(results: Path, rates: list[str], flows: list[int], measure: bool
-             ) -> dict[em.FitKey, Path]:
-    """The newest emulated_omb run at each rate and flow count (run first with --measure);
-    the unshaped link is fitted with one flow only."""
+def omb_runs(results: Path, rates: list[str], flows: list[int], nodes: list[int],
+             measure: bool) -> dict[em.FitKey, Path]:
+    """The newest emulated_omb run at each rate, flow count and node count (run first with
+    --measure): every rate and flow count on 2 nodes, the bare link also on more nodes with
+    one flow each."""
     root = results / "emulated_omb"
-    points = [(r, f) for r in rates for f in flows if f == 1 or r != em.UNSHAPED]
+    points = [(r, f, 2) for r in rates for f in flows]
+    points += [(em.UNSHAPED, 1, n) for n in nodes if n != 2]
     if measure:
-        for rate, f in points:
+        for rate, f, n in points:
             cmd = [sys.executable, "-m", "neoxlab", "experiment=emulated_omb",
                    f"cluster.emulated.inter.rate_mbit={'null' if rate == 'none' else rate}",
-                   f"cluster.ranks_per_node={f}", f"microbench.groups={f}",
-                   f"launch.results_dir={results}"]
+                   f"cluster.nodes={n}", f"cluster.ranks_per_node={f}",
+                   f"microbench.groups={f}", f"launch.results_dir={results}"]
             subprocess.run(cmd, cwd=REPO, check=True, capture_output=True, text=True)
     found: dict[em.FitKey, Path] = {}
     for run_dir in sorted(root.iterdir()) if root.exists() else []:  # newest last
         if (run_dir / "omb.jsonl").exists():
             cfg = rundir.load_config(run_dir)
-            found[(_rate(cfg.cluster.emulated.inter.rate_mbit), cfg.microbench.groups)] = run_dir
+            key = (_rate(cfg.cluster.emulated.inter.rate_mbit), cfg.microbench.groups,
+                   cfg.cluster.nodes)
+            found[key] = run_dir
     missing = [p for p in points if p not in found]
     if missing:
-        raise SystemExit(f"no emulated_omb run at (rate, flows) {missing} under {root}: "
+        raise SystemExit(f"no emulated_omb run at (rate, flows, nodes) {missing} under {root}: "
                          "use --measure")
     return {p: found[p] for p in points}
 
@@ -97,12 +102,13 @@ def main() -> int:
     parser.add_argument("--measure", action="store_true", help="run the omb fits first")
     parser.add_argument("--fit-rates", nargs="+", default=FIT_RATES)
     parser.add_argument("--fit-flows", nargs="+", type=int, default=FIT_FLOWS)
+    parser.add_argument("--fit-nodes", nargs="+", type=int, default=FIT_NODES)
     parser.add_argument("--model", default="neox_small")
     parser.add_argument("--results", type=Path, default=REPO / "results")
     args = parser.parse_args()
     results = args.results.resolve()
-    runs = omb_runs(results, args.fit_rates, args.fit_flows, args.measure)
-    fits = {key: em.fit_rate(em.read_omb(d)) for key, d in runs.items()}
+    runs = omb_runs(results, args.fit_rates, args.fit_flows, args.fit_nodes, args.measure)
+    fits = {key: em.fit_rate(em.read_omb(d), key[2]) for key, d in runs.items()}
     links = em.UplinkModel.from_fits(fits)
     codecs = dict(em.local_profile(results)[0].codecs)
     for name, spec in CODEC_SPECS.items():
@@ -111,16 +117,20 @@ def main() -> int:
     doc = {"links": links.as_dict(),
            "codecs": {k: dataclasses.asdict(v) for k, v in codecs.items()},
            "base_profile": origin,
-           "omb_runs": {f"{r} Mbit/s, {f} flow(s)": str(d) for (r, f), d in runs.items()}}
+           "omb_runs": {f"{r} Mbit/s, {f} flow(s), {n} nodes": str(d)
+                        for (r, f, n), d in runs.items()}}
     out = results / "calibration" / "emulated.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=2))
-    for (rate, flows), f in fits.items():
-        print(f"omb fit {rate:>5} Mbit/s, {flows} flow(s): alpha {f.latency_us:8.1f} us  "
+    for (rate, flows, nodes), f in fits.items():
+        print(f"omb fit {rate:>5} Mbit/s, {flows} flow(s), {nodes} nodes: alpha "
+              f"{f.latency_us:8.1f} us  "
               f"B {f.bandwidth_gbs * 1e3:9.2f} MB/s per flow")
     eff = ", ".join(f"{k} flow(s) {e:.3f}" for k, e in links.efficiency.items())
-    print(f"uplink model: efficiency of R/8 with {eff}; alpha {links.latency_us:.0f} us, "
-          f"unshaped {links.unshaped.bandwidth_gbs:.2f} GB/s")
+    bare = ", ".join(f"{n} nodes x {f} flow(s) {b * 1e3:.1f}"
+                     for (f, n), b in links.unshaped_total.items())
+    print(f"uplink model: efficiency of R/8 with {eff}; alpha {links.latency_us:.0f} us; "
+          f"unshaped MB/s an uplink carries with {bare}")
 
     measured = read_rows(results / TABLE)
     model_rows = []

@@ -18,11 +18,12 @@ def local():
     return em.local_profile(Path("/nonexistent"))[0]
 
 
-FITS = {("none", 1): LinkProfile(latency_us=300.0, bandwidth_gbs=1.0),
-        ("200", 1): LinkProfile(latency_us=2000.0, bandwidth_gbs=0.0225),  # 0.9 of 25 MB/s
-        ("10", 1): LinkProfile(latency_us=4000.0, bandwidth_gbs=0.0011875),  # 0.95 of 1.25
+FITS = {("none", 1, 2): LinkProfile(latency_us=300.0, bandwidth_gbs=1.0),
+        ("none", 2, 2): LinkProfile(latency_us=300.0, bandwidth_gbs=0.5),  # 2 x 0.5 together
+        ("200", 1, 2): LinkProfile(latency_us=2000.0, bandwidth_gbs=0.0225),  # 0.9 of 25 MB/s
+        ("10", 1, 2): LinkProfile(latency_us=4000.0, bandwidth_gbs=0.0011875),  # 0.95 of 1.25
         # two groups at once, each fitted alone: 2 x 0.5 of 1.25 MB/s
-        ("10", 2): LinkProfile(latency_us=4000.0, bandwidth_gbs=0.000625)}
+        ("10", 2, 2): LinkProfile(latency_us=4000.0, bandwidth_gbs=0.000625)}
 
 
 def test_uplink_model_scales_the_nominal_rate_by_the_fitted_efficiency():
@@ -33,12 +34,28 @@ def test_uplink_model_scales_the_nominal_rate_by_the_fitted_efficiency():
     # 2 ranks of a node send at once: each gets half of what 2 flows carry together
     assert links.uplink(40.0, 2).bandwidth_gbs == pytest.approx(1.0 * 40 / 8e3 / 2)
     assert links.uplink(1e6).bandwidth_gbs == pytest.approx(1.0)  # never above the bare veth
-    assert links.uplink(None) == FITS[("none", 1)]
+    assert links.uplink(None) == FITS[("none", 1, 2)]
     assert links.uplink(None, 2).bandwidth_gbs == pytest.approx(0.5)
-    with pytest.raises(ValueError, match="4 flows at once"):
-        links.uplink(40.0, 4)
+    with pytest.raises(ValueError, match="4 nodes x 1 flow"):  # no bare fit on 4 nodes
+        links.uplink(40.0, 1, nodes=4)
     with pytest.raises(ValueError, match="unshaped"):
-        em.UplinkModel.from_fits({("200", 1): FITS[("200", 1)]})
+        em.UplinkModel.from_fits({("200", 1, 2): FITS[("200", 1, 2)]})
+
+
+def test_flows_on_the_bare_link_carry_what_their_own_fit_says():
+    """The bare link is bound by packet processing on the cores, not by a rate: two flows
+    may carry more together than one; their fit says how much."""
+    links = em.UplinkModel.from_fits(
+        {**FITS, ("none", 2, 2): LinkProfile(latency_us=300.0, bandwidth_gbs=0.7),
+         ("none", 1, 4): LinkProfile(latency_us=300.0, bandwidth_gbs=0.8)})
+    assert links.unshaped_total == pytest.approx({(1, 2): 1.0, (2, 2): 1.4, (1, 4): 0.8})
+    assert links.uplink(None, 2).bandwidth_gbs == pytest.approx(0.7)  # not 1.0 / 2
+    assert links.uplink(None).bandwidth_gbs == pytest.approx(1.0)
+    assert links.uplink(1e6, 2).bandwidth_gbs == pytest.approx(0.7)  # the bare link's cap
+    assert links.uplink(40.0, 2).bandwidth_gbs == pytest.approx(1.0 * 40 / 8e3 / 2)
+    # 4 nodes sending at once: the cores carry less per uplink, also where the rate is high
+    assert links.uplink(None, 1, nodes=4).bandwidth_gbs == pytest.approx(0.8)
+    assert links.uplink(1e6, 1, nodes=4).bandwidth_gbs == pytest.approx(0.8)
 
 
 def test_slower_uplinks_make_compression_pay_and_only_the_wire_grows():

@@ -7,12 +7,16 @@ token bucket take a share of it, and how large a share depends on how many TCP f
 it at once (one flow backs off and leaves the bucket idle; two fill each other's gaps). So
 the link model is, per node and direction, with f flows through the uplink at once,
 
-    B(R, f) = min(B_unshaped, efficiency[f] x R / 8)
+    B(R, f) = min(B_unshaped(f), efficiency[f] x R / 8)
     alpha(R) = the median alpha of the one-flow shaped fits (tbf adds queueing, not a delay)
 
 with efficiency[f] the median of f x B_fit / (R / 8) over the shaped fit rates, B_fit the
 bandwidth of one of f groups that ran the sweeps at once (experiment emulated_omb with
-microbench.groups = f, one rank of each group per node). A node's ranks reduce at once (one
+microbench.groups = f, one rank of each group per node), and B_unshaped(f) what f such
+groups carried together through an uplink of the bare link, fitted with as many nodes
+sending at once as the layout has. The bare link is bound by the cores that process its
+packets, not by a rate: with 2 nodes, 2 flows carried 1.33x what one did (42 against 31.5
+MB/s); with 4 nodes one flow each got 0.88x (27.6 MB/s). A node's ranks reduce at once (one
 in each DP group), so with k ranks per node each gets B(R, k) / k (the model's per-rank
 convention, as configs/cluster/lassen.yaml's inter link). Compute, framework overheads and
 the codecs come from the local profile (this machine's cores: the same ones the emulated
@@ -45,54 +49,67 @@ def read_omb(run_dir: Path) -> list[dict]:
     return [r for r in map(json.loads, lines) if r["benchmark"] in BANDWIDTH_BENCHMARKS]
 
 
-def fit_rate(rows: list[dict]) -> LinkProfile:
-    """alpha-beta of one rate's sweeps (groups of 2 ranks, one per node), every benchmark at
+def fit_rate(rows: list[dict], nodes: int = 2) -> LinkProfile:
+    """alpha-beta of one rate's sweeps (groups of one rank per node), every benchmark at
     once; with concurrent groups, the bandwidth one group got."""
-    return fit_alpha_beta([(b, 2, [r for r in rows if r["benchmark"] == b], 1.0)
+    return fit_alpha_beta([(b, nodes, [r for r in rows if r["benchmark"] == b], 1.0)
                            for b in BANDWIDTH_BENCHMARKS])
 
 
-FitKey = tuple[str, int]  # (rate in Mbit/s or "none", flows through each uplink at once)
+# (rate in Mbit/s or "none", flows through each uplink at once, nodes sending at once)
+FitKey = tuple[str, int, int]
 
 
 @dataclass(frozen=True)
 class UplinkModel:
     unshaped: LinkProfile  # the bare veth path (also the intra-node link: the same veths)
     efficiency: dict[int, float]  # flows at once -> their total bytes/s over the nominal R/8
+    unshaped_total: dict[tuple[int, int], float]  # (flows, nodes) -> GB/s of an uplink, bare
     latency_us: float  # alpha of the one-flow shaped fits
     fits: dict[FitKey, LinkProfile]  # each fit of its own
 
     @classmethod
     def from_fits(cls, fits: dict[FitKey, LinkProfile]) -> UplinkModel:
-        shaped = {(float(r), f): fit for (r, f), fit in fits.items() if r != UNSHAPED}
-        if (UNSHAPED, 1) not in fits or not any(f == 1 for _, f in shaped):
-            raise ValueError("fit the unshaped link and at least one shaped rate with one flow "
-                             f"(fitted: {sorted(fits)}); add them to --fit-rates")
+        shaped = {(float(r), f): fit for (r, f, _), fit in fits.items() if r != UNSHAPED}
+        if (UNSHAPED, 1, 2) not in fits or not any(f == 1 for _, f in shaped):
+            raise ValueError("fit the unshaped link (2 nodes, one flow) and at least one shaped "
+                             f"rate with one flow (fitted: {sorted(fits)}); add them to "
+                             "--fit-rates")
         eff = {flows: statistics.median(flows * fit.bandwidth_gbs / (r / 8e3)
                                         for (r, f), fit in shaped.items() if f == flows)
                for flows in sorted({f for _, f in shaped})}
         alpha = statistics.median(fit.latency_us for (_, f), fit in shaped.items() if f == 1)
-        return cls(fits[(UNSHAPED, 1)], eff, alpha, fits)
+        bare = {(f, n): f * fit.bandwidth_gbs for (r, f, n), fit in fits.items()
+                if r == UNSHAPED}
+        return cls(fits[(UNSHAPED, 1, 2)], eff, bare, alpha, fits)
 
-    def uplink(self, rate_mbit: float | None, flows: int = 1) -> LinkProfile:
+    def uplink(self, rate_mbit: float | None, flows: int = 1, nodes: int = 2) -> LinkProfile:
         """One of `flows` ranks sending through the node's uplink at once, at a rate (None:
-        unshaped), per direction."""
+        unshaped), per direction, while `nodes` nodes send."""
+        bare = self.unshaped_total.get((flows, nodes))
+        if bare is None:
+            raise ValueError(
+                f"no fit of the bare link with {nodes} nodes x {flows} flow(s) at once (fitted: "
+                f"{sorted(self.unshaped_total)}); run bench/emulated_model.py --measure with "
+                f"--fit-flows {flows} and --fit-nodes {nodes}")
         if rate_mbit is None:
-            return dataclasses.replace(self.unshaped,
-                                       bandwidth_gbs=self.unshaped.bandwidth_gbs / flows)
+            return dataclasses.replace(self.unshaped, bandwidth_gbs=bare / flows)
         if flows not in self.efficiency:
             raise ValueError(
                 f"no uplink fit with {flows} flows at once (fitted: {sorted(self.efficiency)})"
                 f"; run bench/emulated_model.py --measure --fit-flows {flows}")
-        bw = min(self.unshaped.bandwidth_gbs, self.efficiency[flows] * rate_mbit / 8e3)
+        bw = min(bare, self.efficiency[flows] * rate_mbit / 8e3)
         return LinkProfile(latency_us=max(self.latency_us, self.unshaped.latency_us),
                            bandwidth_gbs=bw / flows, p2p_latency_us=self.unshaped.p2p_latency_us)
 
     def as_dict(self) -> dict:
         return {"unshaped": dataclasses.asdict(self.unshaped),
-                "efficiency_by_flows": self.efficiency, "latency_us": self.latency_us,
-                "fits": {f"{r} Mbit/s, {f} flow(s)": dataclasses.asdict(fit)
-                         for (r, f), fit in self.fits.items()}}
+                "efficiency_by_flows": self.efficiency,
+                "unshaped_total_gbs": {f"{n} nodes x {f} flow(s)": b
+                                       for (f, n), b in self.unshaped_total.items()},
+                "latency_us": self.latency_us,
+                "fits": {f"{r} Mbit/s, {f} flow(s), {n} nodes": dataclasses.asdict(fit)
+                         for (r, f, n), fit in self.fits.items()}}
 
 
 def local_profile(results: Path) -> tuple[PerfProfile, str]:
@@ -103,10 +120,10 @@ def local_profile(results: Path) -> tuple[PerfProfile, str]:
 
 
 def emulated_profile(base: PerfProfile, links: UplinkModel, rate_mbit: float | None,
-                     sharing: int, codecs: dict[str, CodecProfile] | None = None
-                     ) -> PerfProfile:
+                     sharing: int, codecs: dict[str, CodecProfile] | None = None,
+                     nodes: int = 2) -> PerfProfile:
     """The local profile with the emulated links: per rank, `sharing` ranks per uplink."""
-    inter = links.uplink(rate_mbit, sharing)
+    inter = links.uplink(rate_mbit, sharing, nodes)
     intra = dataclasses.replace(links.unshaped)
     return dataclasses.replace(base, intra=intra, inter=inter, codecs=codecs or base.codecs,
                                calibration=None, source="local profile + emulated uplinks "
@@ -124,7 +141,7 @@ def predict_point(cfg: Config, base: PerfProfile, links: UplinkModel,
                   ) -> Prediction:
     rate = cfg.cluster.emulated.inter.rate_mbit
     sharing = cfg.cluster.ranks_per_node
-    profile = emulated_profile(base, links, rate, sharing, codecs)
+    profile = emulated_profile(base, links, rate, sharing, codecs, cfg.cluster.nodes)
     return _predict(cfg, resolve_layout(cfg), profile, "emulated", external)
 
 
