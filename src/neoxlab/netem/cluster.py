@@ -45,7 +45,7 @@ def prerequisite_problem() -> str | None:
     return None
 
 
-def run_checked(cmd: list[str], check: bool = True) -> subprocess.CompletedProcess:
+def run_command(cmd: list[str], check: bool = True) -> subprocess.CompletedProcess:
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True)
     except FileNotFoundError as exc:
@@ -69,7 +69,7 @@ _HINTS = (
 
 
 def existing_namespaces() -> list[str]:
-    out = run_checked(["ip", "netns", "list"]).stdout
+    out = run_command(["ip", "netns", "list"]).stdout
     return [line.split()[0] for line in out.splitlines() if line.strip()]
 
 
@@ -80,14 +80,14 @@ def teardown(topo: Topology) -> list[str]:
     for ns in existing_namespaces():
         if not topo.owns(ns):
             continue
-        pids = run_checked(["ip", "netns", "pids", ns], check=False).stdout.split()
+        pids = run_command(["ip", "netns", "pids", ns], check=False).stdout.split()
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, ValueError):
                 os.kill(int(pid), signal.SIGKILL)
-        run_checked(["ip", "netns", "del", ns], check=False)
+        run_command(["ip", "netns", "del", ns], check=False)
         removed.append(ns)
     if Path(f"/sys/class/net/{topo.mgmt_if}").exists():  # its peer's namespace is gone
-        run_checked(["ip", "link", "del", topo.mgmt_if], check=False)
+        run_command(["ip", "link", "del", topo.mgmt_if], check=False)
     if NETNS_ETC.is_dir():
         for path in NETNS_ETC.iterdir():
             if topo.owns(path.name):
@@ -104,7 +104,7 @@ def build(topo: Topology) -> None:
     teardown(topo)
     try:
         for cmd in build_commands(topo):
-            run_checked(cmd)
+            run_command(cmd)
         machine = socket.gethostname()
         for slot in topo.slots():
             etc = NETNS_ETC / slot.ns
@@ -140,7 +140,7 @@ def counters(ns: str, dev: str) -> dict[str, int]:
     """Kernel byte and packet counters of an interface, read from /sys inside its namespace."""
     stats = f"/sys/class/net/{dev}/statistics"
     cmd = ["ip", "netns", "exec", ns, "cat", *(f"{stats}/{name}" for name in COUNTERS)]
-    values = run_checked(cmd).stdout.split()
+    values = run_command(cmd).stdout.split()
     return dict(zip(COUNTERS, (int(v) for v in values), strict=True))
 
 
@@ -150,15 +150,15 @@ def uplink_counters(topo: Topology) -> dict[str, dict[str, int]]:
 
 
 def link_state(ns: str, dev: str) -> str:
-    proc = run_checked(["ip", "netns", "exec", ns, "cat", f"/sys/class/net/{dev}/operstate"],
-                check=False)
+    proc = run_command(["ip", "netns", "exec", ns, "cat", f"/sys/class/net/{dev}/operstate"],
+                       check=False)
     return proc.stdout.strip() or "missing"
 
 
 def set_uplink(topo: Topology, node: int, up: bool) -> None:
     """Take a node's NIC down (or back up), as a pulled cable would."""
     state = "up" if up else "down"
-    run_checked(["ip", "-n", topo.node_ns(node), "link", "set", "dev", UPLINK_IF, state])
+    run_command(["ip", "-n", topo.node_ns(node), "link", "set", "dev", UPLINK_IF, state])
 
 
 def reshape_uplinks(topo: Topology, link: LinkConfig) -> None:
@@ -166,10 +166,10 @@ def reshape_uplinks(topo: Topology, link: LinkConfig) -> None:
     for k in range(topo.nodes):
         ends = ((topo.node_ns(k), UPLINK_IF), (topo.switch_ns, f"n{k}"))
         for ns, dev in ends:
-            run_checked(["ip", "netns", "exec", ns, "nft", "delete", "table", "netdev",
-                  loss_table(dev)], check=False)
+            run_command(["ip", "netns", "exec", ns, "nft", "delete", "table", "netdev",
+                         loss_table(dev)], check=False)
         for cmd in link_commands(*ends[0], *ends[1], link):
-            run_checked(cmd)
+            run_command(cmd)
 
 
 def down_links(topo: Topology) -> list[str]:

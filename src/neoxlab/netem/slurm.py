@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from neoxlab.netem.cluster import NetemError, run_checked
+from neoxlab.netem.cluster import NetemError, run_command
 from neoxlab.netem.topology import BRIDGE, Topology
 
 STATE_ROOT = Path("/run/neoxlab")
@@ -201,7 +201,7 @@ def start(topo: Topology, log_dir: Path) -> None:
     conf = conf_path(topo)
     conf.write_text(render_conf(topo, log_dir, socket.gethostname().split(".")[0]))
     for cmd in control_plane_commands(topo):
-        run_checked(cmd)
+        run_command(cmd)
     env = {**os.environ, **environment(topo)}
     _daemon(["slurmctld", "-f", str(conf)], env, log_dir / "slurmctld.log")
     for k in range(topo.nodes):

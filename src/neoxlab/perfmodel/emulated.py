@@ -15,8 +15,8 @@ bandwidth of one of f groups that ran the sweeps at once (experiment emulated_om
 microbench.groups = f, one rank of each group per node), and B_unshaped(f) what f such
 groups carried together through an uplink of the bare link, fitted with as many nodes
 sending at once as the layout has. The bare link is bound by the cores that process its
-packets, not by a rate: with 2 nodes, 2 flows carried 1.33x what one did (42 against 31.5
-MB/s); with 4 nodes one flow each got 0.88x (27.6 MB/s). A node's ranks reduce at once (one
+packets, not by a rate: with 2 nodes, 2 flows carried 1.5x what one did (41 against 27
+MB/s); with 4 nodes one flow each got 0.88x (24 MB/s). A node's ranks reduce at once (one
 in each DP group), so with k ranks per node each gets B(R, k) / k (the model's per-rank
 convention, as configs/cluster/lassen.yaml's inter link). Compute, framework overheads and
 the codecs come from the local profile (this machine's cores: the same ones the emulated
