@@ -90,7 +90,7 @@ def test_set_up_over_a_killed_run_then_one_percent_loss_keeps_the_losses(baselin
     run_dir = wait_for_step(results, before, killed, 1)
     killed.kill()  # SIGKILL: no teardown; its ranks and Slurm live on
     killed.wait()
-    assert len(our_namespaces()) == 7 and slurm_daemons()
+    assert len(our_namespaces()) == 8 and slurm_daemons()  # 7 + its controller's
     proc, lossy = run_experiment("emulated_2x2", results, *ARGS,
                                  "cluster.emulated.inter.loss_pct=1", timeout=400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -54,12 +54,12 @@ def test_its_controller_and_files_are_apart_from_the_machines_own_slurm():
     assert slurm.environment(topo()) == {"SLURM_CONF": str(state) + "/slurm.conf"}
 
 
-def test_the_control_plane_adds_one_prefixed_link_outside_the_namespaces_and_no_routes():
+def test_the_control_plane_stays_inside_namespaces_of_the_cluster_with_no_routes():
     cmds = slurm.control_plane_commands(topo())
-    outside = [c for c in cmds if c[1] != "-n"]  # in the machine's own namespace
-    devices = {c[c.index("dev") + 1] if "dev" in c else c[3] for c in outside}
-    assert devices == {"nxt-mg"} and len(outside) == 3
-    bridge_addrs = [c[5] for c in cmds if c[3:5] == ["addr", "add"] and c[1] == "-n"]
+    assert cmds[0] == ["ip", "netns", "add", "nxt-ctl"] and topo().owns("nxt-ctl")
+    assert all(c[1] == "-n" and c[2].startswith("nxt-") for c in cmds[1:]), cmds
+    assert ["ip", "-n", "nxt-ctl", "addr", "add", "10.77.255.254/16", "dev", "eth0"] in cmds
+    bridge_addrs = [c[5] for c in cmds if c[3:5] == ["addr", "add"] and c[-1] == "br0"]
     assert bridge_addrs == ["10.77.0.254/16", "10.77.1.254/16"]
     assert not any("route" in c or "nat" in c for c in cmds)
 
@@ -67,7 +67,7 @@ def test_the_control_plane_adds_one_prefixed_link_outside_the_namespaces_and_no_
 def test_srun_places_every_rank_and_enters_its_namespace():
     cfg = compose_experiment("emulated_2x2", ["cluster.launcher=srun", "launch.submit=false"])
     cmd = emulated.srun_command(cfg, Path("/tmp/run"), topo(), None)
-    assert cmd[0] == "srun"
+    assert cmd[:3] == ["nsenter", "--net=/run/netns/nxt-ctl", "srun"]  # beside its controller
     for flag in ("--nodes=2", "--ntasks-per-node=2", "--ntasks=4", "--mpi=pmi2",
                  "--kill-on-bad-exit=1"):
         assert flag in cmd
@@ -101,7 +101,6 @@ def test_rank_wrapper_outside_a_launcher_says_so():
 
 
 def test_missing_slurm_or_munge_is_refused_with_the_fix(monkeypatch):
-    monkeypatch.setattr(slurm, "subnet_taken_by", lambda topo: None)
     monkeypatch.setattr(slurm.shutil, "which", lambda name: None if name == "slurmd" else name)
     found = slurm.problems(topo())
     assert len(found) == 1 and "slurmd" in found[0] and "make slurm-up" in found[0]
@@ -126,20 +125,6 @@ def test_an_emulated_cluster_refuses_other_launchers_before_planning():
                        "emulated cluster; use cluster.launcher=srun"):
         check(compose_experiment("emulated_2x2", ["cluster.launcher=jsrun",
                                                   "launch.submit=false"]))
-
-
-def test_a_subnet_already_on_the_machine_is_refused(tmp_path, monkeypatch):
-    fake_ip = tmp_path / "ip"
-    fake_ip.write_text("#!/bin/sh\necho '7: nxt-mg    inet 10.77.255.254/16 scope global'\n"
-                       "echo '9: other-mg    inet 10.77.255.254/16 scope global'\n")
-    fake_ip.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
-    assert slurm.subnet_taken_by(topo()) == "other-mg"
-    mine = Topology.from_config(EmulatedConfig(prefix="nxt", subnet=78), 2, 2)
-    assert slurm.subnet_taken_by(mine) is None
-    monkeypatch.setattr(slurm, "munge_works", lambda: True)
-    monkeypatch.setattr(slurm.shutil, "which", lambda name: name)
-    assert "cluster.emulated.subnet=77: 10.77.0.0/16 is already" in slurm.problems(topo())[0]
 
 
 def test_ranks_under_srun_start_fresh_and_under_hydra_from_the_fork_server():

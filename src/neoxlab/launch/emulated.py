@@ -56,11 +56,13 @@ def mpiexec_command(cfg: Config, run_dir: Path, topo: Topology, server: str | No
 
 
 def srun_command(cfg: Config, run_dir: Path, topo: Topology, server: str | None) -> list[str]:
-    """One job step across the emulated nodes' slurmds (a job of its own: srun allocates)."""
-    return ["srun", f"--job-name={cfg.experiment}", f"--nodes={topo.nodes}",
-            f"--ntasks-per-node={topo.ranks_per_node}", f"--ntasks={world_size(cfg)}",
-            f"--mpi={cfg.cluster.mpi}", "--kill-on-bad-exit=1",
-            "sh", str(RANK), topo.prefix, *local.rank_program(cfg, run_dir, server)]
+    """One job step across the emulated nodes' slurmds (a job of its own: srun allocates),
+    srun in the controller's namespace."""
+    return slurm.in_controller_ns(topo, [
+        "srun", f"--job-name={cfg.experiment}", f"--nodes={topo.nodes}",
+        f"--ntasks-per-node={topo.ranks_per_node}", f"--ntasks={world_size(cfg)}",
+        f"--mpi={cfg.cluster.mpi}", "--kill-on-bad-exit=1",
+        "sh", str(RANK), topo.prefix, *local.rank_program(cfg, run_dir, server)])
 
 
 def environment(cfg: Config, run_dir: Path) -> dict[str, str]:

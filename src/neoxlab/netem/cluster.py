@@ -86,8 +86,6 @@ def teardown(topo: Topology) -> list[str]:
                 os.kill(int(pid), signal.SIGKILL)
         run_command(["ip", "netns", "del", ns], check=False)
         removed.append(ns)
-    if Path(f"/sys/class/net/{topo.mgmt_if}").exists():  # its peer's namespace is gone
-        run_command(["ip", "link", "del", topo.mgmt_if], check=False)
     if NETNS_ETC.is_dir():
         for path in NETNS_ETC.iterdir():
             if topo.owns(path.name):

@@ -1,12 +1,13 @@
 """A real multi-node Slurm on an emulated cluster: one slurmd per node namespace, each with its
 own node name and address, under one slurmctld of its own.
 
-The controller runs in the machine's namespace, reached from the switch through a management
-link (`<prefix>-mg`, 10.<subnet>.255.254); each node namespace gets an address on its bridge
-(10.<subnet>.<K>.254) for its slurmd. So slurmd, srun and the job step talk over the emulated
-network: control traffic from a node crosses its shaped uplink, as on a real cluster.
-slurmd enters only the node's network namespace (nsenter --net): `ip netns exec` would mount
-a fresh /sys without the cgroup hierarchy slurmd needs.
+The controller and srun run in a namespace of their own on the switch (`<prefix>-ctl`,
+10.<subnet>.255.254); each node namespace gets an address on its bridge (10.<subnet>.<K>.254)
+for its slurmd. So slurmd, srun and the job step talk over the emulated network: control
+traffic from a node crosses its shaped uplink, as on a real cluster. Nothing is added to the
+machine's own namespace (an interface there would also change what other jobs' MPI sees).
+The daemons and srun enter only a network namespace (nsenter --net): `ip netns exec` would
+mount a fresh /sys without the cgroup hierarchy slurmd needs.
 
 Nothing here touches the machine's own Slurm (.ci/slurm-up): its own configuration, ports,
 state and pid files live in STATE_ROOT/<prefix>-slurm and the run's log directory.
@@ -28,7 +29,7 @@ from neoxlab.netem.cluster import NetemError, run_command
 from neoxlab.netem.topology import BRIDGE, Topology
 
 STATE_ROOT = Path("/run/neoxlab")
-MGMT_PORT = "mg"  # the management link's end in the switch bridge
+CTL_IF, CTL_PORT = "eth0", "ctl"  # the controller's link: its end, and the switch's port
 SLURMD_PORT = 6818  # in each node's own namespace: no clash with the machine's slurmd
 START_TIMEOUT_S = 60
 NEEDS = ("slurmctld", "slurmd", "srun", "sinfo", "nsenter", "munge", "unmunge")
@@ -45,8 +46,13 @@ def node_addr(topo: Topology, node: int) -> str:
 
 
 def controller_port(topo: Topology) -> int:
-    """Distinct per subnet, and away from the machine's own Slurm (6817)."""
+    """Away from the machine's own Slurm (6817), should it share a namespace one day."""
     return 20000 + topo.subnet
+
+
+def in_controller_ns(topo: Topology, cmd: list[str]) -> list[str]:
+    """A command run in the controller's namespace (srun, sinfo, slurmctld)."""
+    return ["nsenter", f"--net=/run/netns/{topo.ctl_ns}", *cmd]
 
 
 def state_dir(topo: Topology) -> Path:
@@ -72,31 +78,10 @@ def problems(topo: Topology) -> list[str]:
     elif not munge_works():
         found.append(f"a multi-node Slurm on the emulated cluster authenticates with munge, "
                      f"and munged does not answer (munge -n | unmunge): {FIX}")
-    if (taken := subnet_taken_by(topo)) is not None:
-        found.append(f"cluster.emulated.subnet={topo.subnet}: 10.{topo.subnet}.0.0/16 is already "
-                     f"on this machine's interface {taken} (another emulated cluster?), and "
-                     "cluster.launcher=srun reaches the nodes through it; pick a free "
-                     "cluster.emulated.subnet")
     if topo.ranks_per_node > 253:
         found.append(f"cluster.ranks_per_node={topo.ranks_per_node}: with cluster.launcher=srun "
                      "at most 253 (10.<subnet>.<node>.254 is the node's slurmd)")
     return found
-
-
-def subnet_taken_by(topo: Topology) -> str | None:
-    """Another interface of the machine's namespace on this cluster's subnet (a stale one of
-    this prefix does not count: set-up removes it)."""
-    try:
-        out = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True,
-                             timeout=10, check=False).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    for line in out.splitlines():
-        fields = line.split()
-        if len(fields) > 3 and fields[3].startswith(f"10.{topo.subnet}."):
-            if fields[1].split("@")[0] != topo.mgmt_if:
-                return fields[1]
-    return None
 
 
 def munge_works() -> bool:
@@ -110,13 +95,16 @@ def munge_works() -> bool:
 
 
 def control_plane_commands(topo: Topology) -> list[list[str]]:
-    """The management link into the switch and an address on every node's bridge."""
-    mg, sw = topo.mgmt_if, topo.switch_ns
+    """The controller's namespace on the switch and an address on every node's bridge."""
+    ctl, sw = topo.ctl_ns, topo.switch_ns
     cmds = [
-        ["ip", "link", "add", mg, "type", "veth", "peer", "name", MGMT_PORT, "netns", sw],
-        ["ip", "-n", sw, "link", "set", "dev", MGMT_PORT, "master", BRIDGE, "up"],
-        ["ip", "addr", "add", f"{controller_addr(topo)}/16", "dev", mg],
-        ["ip", "link", "set", "dev", mg, "up"],
+        ["ip", "netns", "add", ctl],
+        ["ip", "-n", ctl, "link", "set", "dev", "lo", "up"],
+        ["ip", "-n", ctl, "link", "add", CTL_IF, "type", "veth", "peer", "name", CTL_PORT,
+         "netns", sw],
+        ["ip", "-n", sw, "link", "set", "dev", CTL_PORT, "master", BRIDGE, "up"],
+        ["ip", "-n", ctl, "addr", "add", f"{controller_addr(topo)}/16", "dev", CTL_IF],
+        ["ip", "-n", ctl, "link", "set", "dev", CTL_IF, "up"],
     ]
     cmds += [["ip", "-n", topo.node_ns(k), "addr", "add", f"{node_addr(topo, k)}/16", "dev",
               BRIDGE] for k in range(topo.nodes)]
@@ -203,7 +191,8 @@ def start(topo: Topology, log_dir: Path) -> None:
     for cmd in control_plane_commands(topo):
         run_command(cmd)
     env = {**os.environ, **environment(topo)}
-    _daemon(["slurmctld", "-f", str(conf)], env, log_dir / "slurmctld.log")
+    _daemon(in_controller_ns(topo, ["slurmctld", "-f", str(conf)]), env,
+            log_dir / "slurmctld.log")
     for k in range(topo.nodes):
         _daemon(["nsenter", f"--net=/run/netns/{topo.node_ns(k)}", "slurmd", "-f", str(conf),
                  "-N", topo.node_host(k)], env, log_dir / f"slurmd.{topo.node_host(k)}.log")
@@ -220,8 +209,8 @@ def _daemon(cmd: list[str], env: dict[str, str], log: Path) -> None:
 def _wait_idle(topo: Topology, env: dict[str, str], log_dir: Path) -> None:
     deadline, states = time.monotonic() + START_TIMEOUT_S, ""
     while time.monotonic() < deadline:
-        out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], env=env, capture_output=True,
-                             text=True, timeout=10, check=False)
+        out = subprocess.run(in_controller_ns(topo, ["sinfo", "-h", "-N", "-o", "%N %t"]),
+                             env=env, capture_output=True, text=True, timeout=10, check=False)
         states = out.stdout.strip()
         rows = [line.split() for line in states.splitlines()]
         if len(rows) == topo.nodes and all(state == "idle" for _, state in rows):

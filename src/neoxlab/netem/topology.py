@@ -56,10 +56,9 @@ class Topology:
         return f"{self.prefix}-sw"
 
     @property
-    def mgmt_if(self) -> str:
-        """The management link's end in the machine's namespace (netem.slurm only); <= 15
-        characters, as the prefix has at most 12."""
-        return f"{self.prefix}-mg"
+    def ctl_ns(self) -> str:
+        """The Slurm controller's namespace on the switch (netem.slurm only)."""
+        return f"{self.prefix}-ctl"
 
     def node_ns(self, node: int) -> str:
         return f"{self.prefix}-n{node}"
@@ -85,7 +84,8 @@ class Topology:
 
     def owns(self, namespace: str) -> bool:
         """Whether a namespace name is one this prefix creates (stale ones included)."""
-        return re.fullmatch(rf"{re.escape(self.prefix)}-(sw|n\d+(r\d+)?)", namespace) is not None
+        return re.fullmatch(rf"{re.escape(self.prefix)}-(sw|ctl|n\d+(r\d+)?)",
+                            namespace) is not None
 
 
 def problems(emu: EmulatedConfig, nodes: int, ranks_per_node: int, world: int) -> list[str]:
