@@ -56,6 +56,9 @@ def main() -> None:
     ap.add_argument("--megatron", action="store_true", help="megatron layers, not the lean path")
     ap.add_argument("--plain-linear", action="store_true",
                     help="F.linear on the lean path, not prepacked weights (serve.packed_linear)")
+    ap.add_argument("--always-packed", action="store_true",
+                    help="prepacked products for every shape from min_rows() rows, untimed "
+                    "(serve.packed_linear_timed=false)")
     ap.add_argument("--json", type=Path, help="write rows, ratios and hf_cb tuning here")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -66,7 +69,7 @@ def main() -> None:
     init_single_process()
     model = build_serve_model(model_cfg, "random", 1234, 1, 0, max_seq)
     model.lean = not args.megatron
-    model.use_packed_linear(not args.plain_linear)
+    model.use_packed_linear(not args.plain_linear, timed=not args.always_packed)
     pages = -(-max_seq // 32) * args.requests
     settings = RunSettings(slots=args.requests, max_concurrent=args.requests,
                            max_seq_len=max_seq, window_s=0.05, sampling=Sampling(),

@@ -78,7 +78,7 @@ def test_every_engine_matches_sequential_and_transformers_generate(hf_dir, trace
                  for name in ("fused", "fused_noreorder", "sequential")})
     # 10 slots: decode steps of 8+ rows, which run on the prepacked weights (serve.packed_linear)
     runs["fused, 10 slots"] = _serve(model, "fused", trace, slots=10)
-    assert model.linear.packs, "the prepacked products were not used"
+    assert model.packed.packs, "the prepacked products were not used"
     expected = [r["tokens"] for r in runs["sequential"].records]
     assert [len(t) for t in expected] == [r.max_new_tokens for r in trace]
     for name, run in runs.items():
@@ -224,3 +224,34 @@ def test_hf_cb_detects_gpt_neox_support_and_falls_back_to_a_matched_llama(hf_dir
     n_neox = sum(p.numel() for p in neox.parameters())
     n_twin = sum(p.numel() for p in twin.parameters())
     assert abs(n_twin - n_neox) / n_neox < 0.01
+
+
+@pytest.mark.parametrize("packed_faster", [True, False])
+def test_decode_steps_take_the_products_that_ran_their_batch_size_faster(
+        trace, monkeypatch, packed_faster):
+    """serve.packed_linear_timed: each decode row bucket's first step is run both ways and
+    timed; the faster way is kept for that bucket, and tokens stay those of F.linear alone."""
+    import itertools
+    import types
+
+    import torch.nn.functional as F
+
+    from neoxlab.serve import model as serve_model
+    from neoxlab.serve.packed_linear import min_rows
+
+    plain = build_serve_model(TINY, "random", 3, 1, 0, MAX_SEQ)
+    plain.use_packed_linear(False)
+    expected = [r["tokens"] for r in _serve(plain, "fused", trace, slots=10).records]
+    # each choice reads 4 times: packed start, end, plain start, end
+    ticks = [0, 1, 1, 3] if packed_faster else [0, 3, 3, 4]
+    clock = itertools.chain.from_iterable(
+        [t + 10 * k for t in ticks] for k in itertools.count())
+    monkeypatch.setattr(serve_model, "time", types.SimpleNamespace(
+        perf_counter=lambda: next(clock)))
+    model = build_serve_model(TINY, "random", 3, 1, 0, MAX_SEQ)
+    run = _serve(model, "fused", trace, slots=10)
+    assert model.packing_pays and all(b >= min_rows() for b in model.packing_pays)
+    assert set(model.packing_pays.values()) == {packed_faster}
+    assert (model.linear is model.packed) == packed_faster and model.linear is not None
+    assert packed_faster or model.linear is F.linear
+    assert [r["tokens"] for r in run.records] == expected

@@ -27,6 +27,11 @@ def min_rows() -> int:
     return MIN_ROWS_ONE_THREAD if torch.get_num_threads() == 1 else MIN_ROWS
 
 
+def row_bucket(rows: int) -> int:
+    """The power of two at or above `rows`: a decode batch size class."""
+    return 1 << (rows - 1).bit_length()
+
+
 def available() -> bool:
     """oneDNN and its prepacked linear are in this torch build."""
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn,

@@ -66,7 +66,7 @@ def serve(cfg: Config, run_dir: Path, rank: int, world: int, terminal: TextIO | 
     model = build_serve_model(cfg.model, s.weights, cfg.train.seed, cfg.parallel.tp, rank,
                               s.max_seq_len)
     model.lean = s.lean_decode and cfg.parallel.tp == 1
-    model.use_packed_linear(s.packed_linear)
+    model.use_packed_linear(s.packed_linear, s.packed_linear_timed)
     traces = traces_of(cfg, model.config.vocab_size)
     if rank == 0:
         rundir.write_json(run_dir / "workload.json", {"traces": [
