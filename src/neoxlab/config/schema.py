@@ -260,7 +260,7 @@ class ServeConfig:
     hf_cb_tune: bool = True  # search hf_cb's sizing and CPU attention before the timed runs
     lean_decode: bool = True  # TP=1: plain torch ops on the same weights (false: megatron's)
     packed_linear: bool = True  # lean path on CPU: weights prepacked for oneDNN (8+ rows)
-    packed_linear_timed: bool = True  # each weight shape packed only where timed faster
+    packed_linear_timed: bool = True  # packed only at decode batch sizes a timed step favours
     # chunked prefill: prompt tokens each decode step carries (fused, fused_noreorder,
     # sequential); 0: one prompt phase per admission, before the step
     prefill_chunk: int = 0

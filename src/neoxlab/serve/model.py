@@ -86,8 +86,12 @@ class ServeModel(torch.nn.Module):
 
     def _decode_fastest(self, rows: int, step: Callable[[], torch.Tensor]) -> torch.Tensor:
         """One decode step with whichever products ran this row bucket's first step faster
-        (a step rewrites the same cache entries, so it can run more than once)."""
-        if self.packed is None or not self.packed_timed or rows < packed_linear.min_rows():
+        (a step rewrites the same cache entries, so it can run more than once). Only on the
+        lean path at TP=1: megatron's layers do not use them, and TP ranks timing apart
+        could choose apart and run different numbers of steps."""
+        lean = self.lean and self.tp == 1
+        if (self.packed is None or not self.packed_timed or not lean
+                or rows < packed_linear.min_rows()):
             return step()
         bucket = packed_linear.row_bucket(rows)
         if bucket not in self.packing_pays:
