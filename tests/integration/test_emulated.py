@@ -8,7 +8,6 @@ CI runs it); skips with the reason elsewhere. One baseline run is shared by most
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -115,16 +114,9 @@ def test_a_cut_uplink_fails_the_job_naming_the_rank_and_the_link(results):
 
 
 def slurm_daemons() -> list:
-    """slurmctld and slurmd processes of the test cluster's own Slurm."""
-    import psutil
-
-    conf = str(slurm.conf_path(TOPO))
-    found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        with contextlib.suppress(psutil.Error):
-            if conf in (proc.info["cmdline"] or []):
-                found.append(proc)
-    return found
+    """slurmctld and slurmd processes of the test cluster's own Slurm (their -f names its
+    configuration)."""
+    return processes_of(slurm.conf_path(TOPO))
 
 
 def start_run(results: Path, *overrides: str) -> subprocess.Popen:

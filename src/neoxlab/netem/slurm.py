@@ -50,9 +50,14 @@ def controller_port(topo: Topology) -> int:
     return 20000 + topo.subnet
 
 
+def in_netns(namespace: str, cmd: list[str]) -> list[str]:
+    """A command run in a network namespace only (no fresh /sys, unlike `ip netns exec`)."""
+    return ["nsenter", f"--net=/run/netns/{namespace}", *cmd]
+
+
 def in_controller_ns(topo: Topology, cmd: list[str]) -> list[str]:
     """A command run in the controller's namespace (srun, sinfo, slurmctld)."""
-    return ["nsenter", f"--net=/run/netns/{topo.ctl_ns}", *cmd]
+    return in_netns(topo.ctl_ns, cmd)
 
 
 def state_dir(topo: Topology) -> Path:
@@ -194,8 +199,8 @@ def start(topo: Topology, log_dir: Path) -> None:
     _daemon(in_controller_ns(topo, ["slurmctld", "-f", str(conf)]), env,
             log_dir / "slurmctld.log")
     for k in range(topo.nodes):
-        _daemon(["nsenter", f"--net=/run/netns/{topo.node_ns(k)}", "slurmd", "-f", str(conf),
-                 "-N", topo.node_host(k)], env, log_dir / f"slurmd.{topo.node_host(k)}.log")
+        _daemon(in_netns(topo.node_ns(k), ["slurmd", "-f", str(conf), "-N", topo.node_host(k)]),
+                env, log_dir / f"slurmd.{topo.node_host(k)}.log")
     _wait_idle(topo, env, log_dir)
 
 
