@@ -37,3 +37,18 @@ def test_only_new_segments_that_nothing_uses_are_removed():
             os.close(fd)
             for path in (older, stale, mapped, held):
                 path.unlink(missing_ok=True)
+
+
+def test_abandoned_segments_go_and_young_or_used_ones_stay():
+    abandoned, young, mapped = _segment("abandoned"), _segment("young"), _segment("mapped")
+    hour_ago = os.path.getmtime(abandoned) - 3600
+    for path in (abandoned, mapped):
+        os.utime(path, (hour_ago, hour_ago))
+    with mapped.open("r+b") as f, mmap.mmap(f.fileno(), 0) as _view:
+        try:
+            removed = shm.remove_abandoned(min_age_s=60)
+            assert abandoned.name in removed and not abandoned.exists()
+            assert young.exists() and mapped.exists()
+        finally:
+            for path in (abandoned, young, mapped):
+                path.unlink(missing_ok=True)

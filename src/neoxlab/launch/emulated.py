@@ -18,7 +18,8 @@ from pathlib import Path
 
 from neoxlab.config import Config, ConfigError
 from neoxlab.files import REPO_ROOT
-from neoxlab.launch import local
+from neoxlab.launch import local, shm
+from neoxlab.launch.failure import STARTUP_FAILED
 from neoxlab.layout import world_size
 from neoxlab.netem import cluster, slurm
 from neoxlab.netem.topology import RANK_IF, Topology, problems
@@ -26,6 +27,9 @@ from neoxlab.run import rundir
 
 PROXY = REPO_ROOT / "launch" / "netns_proxy.sh"
 RANK = REPO_ROOT / "launch" / "netns_rank.sh"
+# a job step whose ranks could not start (Slurm's pmi2 flaw, launch.failure.FATAL_STARTUP)
+# is started again this many times in all: nothing ran, so nothing is lost or repeated
+STARTS = 3
 
 
 def topology(cfg: Config) -> Topology:
@@ -78,20 +82,44 @@ def launch(cfg: Config, run_dir: Path) -> int:
     preflight(cfg)
     topo = topology(cfg)
     env = environment(cfg, run_dir)
+    segments_before = shm.segments()
+    try:
+        return _launch(cfg, run_dir, topo, env)
+    finally:
+        # srun's ranks are slurmstepd's children, not the launcher's: they can outlive its
+        # own clean-up and die only with the cluster. A segment they leave blocks the next
+        # run's MPI start-up ("Out of memory" in MPI_Init): every run's Slurm numbers its job
+        # 1, and MPICH names the segment after the job.
+        shm.remove_stale(segments_before, wait_s=10)
+
+
+def _launch(cfg: Config, run_dir: Path, topo: Topology, env: dict[str, str]) -> int:
     with cluster.running(topo, keep=cfg.cluster.emulated.keep), contextlib.ExitStack() as stack:
         command = mpiexec_command
         if cfg.cluster.launcher == "srun":
             env.update(stack.enter_context(slurm.running(topo, run_dir / "logs" / "slurm")))
             command = srun_command
+            shm.remove_abandoned()  # a killed run's ranks (set-up ended them) left theirs
         before = cluster.uplink_counters(topo)
-        code = local.launch(cfg, run_dir, lambda server: command(cfg, run_dir, topo, server),
-                            env)
+        for _ in range(STARTS):
+            code = local.launch(cfg, run_dir,
+                                lambda server: command(cfg, run_dir, topo, server), env)
+            if code == 0 or not never_started(run_dir):
+                break
+            print(f"[neoxlab] the ranks could not start ({STARTUP_FAILED}, see "
+                  f"{run_dir / 'logs' / 'launcher.log'}): starting them again", flush=True)
         after = cluster.uplink_counters(topo)
         down = cluster.down_links(topo)
         record_network(run_dir, topo, before, after, down)
         if code != 0 and down:
             add_network_cause(run_dir, down)
     return code
+
+
+def never_started(run_dir: Path) -> bool:
+    """The last attempt failed before any rank got past MPI start-up."""
+    error = rundir.read_json(run_dir / "status.json").get("error") or ""
+    return error.startswith(STARTUP_FAILED)
 
 
 def record_network(run_dir: Path, topo: Topology, before: dict, after: dict,

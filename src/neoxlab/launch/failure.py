@@ -10,6 +10,24 @@ from pathlib import Path
 
 import psutil
 
+# Launcher output after which the ranks can never get past MPI_Init: the job fails at once
+# with the cause, instead of hanging until launch.timeout_s (an hour by default).
+FATAL_STARTUP = {
+    "mpi/pmi2: invalid client request": (
+        "Slurm's pmi2 plugin could not parse an MPI start-up message (Slurm 22.05 misreads "
+        "MPICH's long PMI-1 lines now and then), so the ranks would wait in MPI_Init until "
+        "launch.timeout_s; start the run again, or use cluster.launcher=mpiexec"),
+}
+STARTUP_FAILED = "start-up failed"
+
+
+def fatal_startup(output: str) -> str | None:
+    """The reason the job cannot start, when the launcher's output shows one."""
+    for mark, why in FATAL_STARTUP.items():
+        if mark in output:
+            return f"{STARTUP_FAILED}: {why}"
+    return None
+
 
 class RankWatch:
     """Notices which rank's process ends first: under MPI the first to die is the cause,

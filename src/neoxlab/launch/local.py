@@ -20,7 +20,7 @@ from pathlib import Path
 from neoxlab.config import Config
 from neoxlab.launch import shm
 from neoxlab.launch.attempt import clear_previous_attempt
-from neoxlab.launch.failure import RankWatch, diagnose
+from neoxlab.launch.failure import RankWatch, diagnose, fatal_startup
 from neoxlab.launch.ranks import rank_command, rank_env
 from neoxlab.layout import world_size
 from neoxlab.run import forkserver, rundir
@@ -107,15 +107,23 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def _wait(proc: subprocess.Popen, watch: RankWatch, deadline: float) -> int | None:
-    """The job's exit code, or None at the deadline; watches which rank dies first."""
-    while time.time() < deadline:
+def _wait(proc: subprocess.Popen, watch: RankWatch, timeout_s: float, started: float,
+          output: list[str]) -> tuple[int | None, str | None]:
+    """(the job's exit code, None), or (None, why it must be stopped): at the deadline, or
+    as soon as the launcher's output shows the ranks cannot start. Watches which rank dies
+    first."""
+    scanned = 0
+    while time.time() < started + timeout_s:
         watch.poll()
+        fatal = fatal_startup("".join(output[max(scanned - 1, 0):]))  # a line split in two
+        scanned = len(output)
+        if fatal is not None:
+            return None, fatal
         try:
-            return proc.wait(timeout=POLL_S)
+            return proc.wait(timeout=POLL_S), None
         except subprocess.TimeoutExpired:
             continue
-    return None
+    return None, f"timed out after launch.timeout_s={timeout_s} s"
 
 
 @contextlib.contextmanager
@@ -166,9 +174,8 @@ def _launch(cfg: Config, run_dir: Path, cmd: list[str], env: dict[str, str]) -> 
     watch = RankWatch(run_dir, world_size(cfg))
     try:
         with forward_stop_signals(proc):
-            code = _wait(proc, watch, started + cfg.launch.timeout_s)
+            code, reason = _wait(proc, watch, cfg.launch.timeout_s, started, captured)
         if code is None:
-            reason = f"timed out after launch.timeout_s={cfg.launch.timeout_s} s"
             _kill_group(proc)
             code = proc.wait()
     except KeyboardInterrupt:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from pathlib import Path
 
 SHM_DIR = Path("/dev/shm")
@@ -44,13 +45,36 @@ def in_use(shm_dir: Path = SHM_DIR) -> set[str]:
     return {n for n in found if n is not None}
 
 
-def remove_stale(before: set[str], shm_dir: Path = SHM_DIR) -> list[str]:
-    """Remove the segments made since `before` that nothing uses any more; their names."""
-    new = segments(shm_dir) - before
-    if not new:
-        return []
-    stale = sorted(new - in_use(shm_dir))
-    for name in stale:
+def remove_stale(before: set[str], shm_dir: Path = SHM_DIR, wait_s: float = 0.0
+                 ) -> list[str]:
+    """Remove the segments made since `before` that nothing uses any more; their names.
+    wait_s: for up to this long, also those whose users are still exiting (killed ranks)."""
+    deadline = time.monotonic() + wait_s
+    removed: list[str] = []
+    while new := segments(shm_dir) - before:
+        stale = sorted(new - in_use(shm_dir))
+        for name in stale:
+            with contextlib.suppress(OSError):
+                (shm_dir / name).unlink()
+        removed += stale
+        if time.monotonic() >= deadline or len(stale) == len(new):
+            break
+        time.sleep(0.2)  # poll: the ranks' exit is not ours to wait on
+    return removed
+
+
+def remove_abandoned(min_age_s: float = 60.0, shm_dir: Path = SHM_DIR) -> list[str]:
+    """Remove segments nothing uses that are older than `min_age_s` (a segment a starting
+    job has just made is younger): a killed job's. A job that reuses the name (the same
+    Slurm job id) would fail in MPI_Init on it."""
+    now = time.time()
+    old = set()
+    for name in segments(shm_dir):
+        with contextlib.suppress(OSError):
+            if now - (shm_dir / name).stat().st_mtime > min_age_s:
+                old.add(name)
+    abandoned = sorted(old - in_use(shm_dir)) if old else []
+    for name in abandoned:
         with contextlib.suppress(OSError):
             (shm_dir / name).unlink()
-    return stale
+    return abandoned
