@@ -108,6 +108,8 @@ def _launch(cfg: Config, run_dir: Path, topo: Topology, env: dict[str, str]) -> 
                 break
             print(f"[neoxlab] the ranks could not start ({STARTUP_FAILED}, see "
                   f"{run_dir / 'logs' / 'launcher.log'}): starting them again", flush=True)
+            if cfg.cluster.launcher == "srun":  # the killed srun's job still holds the nodes
+                slurm.cancel_jobs(topo, env, run_dir / "logs" / "slurm")
         after = cluster.uplink_counters(topo)
         down = cluster.down_links(topo)
         record_network(run_dir, topo, before, after, down)

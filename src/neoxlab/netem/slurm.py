@@ -32,7 +32,7 @@ STATE_ROOT = Path("/run/neoxlab")
 CTL_IF, CTL_PORT = "eth0", "ctl"  # the controller's link: its end, and the switch's port
 SLURMD_PORT = 6818  # in each node's own namespace: no clash with the machine's slurmd
 START_TIMEOUT_S = 60
-NEEDS = ("slurmctld", "slurmd", "srun", "sinfo", "nsenter", "munge", "unmunge")
+NEEDS = ("slurmctld", "slurmd", "srun", "sinfo", "scancel", "nsenter", "munge", "unmunge")
 FIX = ("run `make slurm-up` (as root: installs slurm-wlm and munge, starts munged), or start "
        "the ranks with MPICH's hydra instead: cluster.launcher=mpiexec")
 
@@ -209,6 +209,14 @@ def _daemon(cmd: list[str], env: dict[str, str], log: Path) -> None:
     if proc.returncode != 0:
         raise NetemError(f"`{' '.join(cmd)}` failed (exit {proc.returncode}): "
                          f"{(proc.stderr or proc.stdout).strip()}{_tail(log)}")
+
+
+def cancel_jobs(topo: Topology, env: dict[str, str], log_dir: Path) -> None:
+    """End every job of this cluster and wait until its nodes are idle: a killed srun
+    leaves its job, and its ranks on the nodes, holding them."""
+    subprocess.run(in_controller_ns(topo, ["scancel", f"--user={os.getuid()}"]), env=env,
+                   capture_output=True, text=True, timeout=30, check=False)
+    _wait_idle(topo, env, log_dir)
 
 
 def _wait_idle(topo: Topology, env: dict[str, str], log_dir: Path) -> None:
