@@ -52,10 +52,7 @@ def remove_stale(before: set[str], shm_dir: Path = SHM_DIR, wait_s: float = 0.0
     deadline = time.monotonic() + wait_s
     removed: list[str] = []
     while new := segments(shm_dir) - before:
-        stale = sorted(new - in_use(shm_dir))
-        for name in stale:
-            with contextlib.suppress(OSError):
-                (shm_dir / name).unlink()
+        stale = _remove(new - in_use(shm_dir), shm_dir)
         removed += stale
         if time.monotonic() >= deadline or len(stale) == len(new):
             break
@@ -73,8 +70,12 @@ def remove_abandoned(min_age_s: float = 60.0, shm_dir: Path = SHM_DIR) -> list[s
         with contextlib.suppress(OSError):
             if now - (shm_dir / name).stat().st_mtime > min_age_s:
                 old.add(name)
-    abandoned = sorted(old - in_use(shm_dir)) if old else []
-    for name in abandoned:
+    return _remove(old - in_use(shm_dir), shm_dir) if old else []
+
+
+def _remove(names: set[str], shm_dir: Path) -> list[str]:
+    """Unlink these segments (one gone already is fine); their names, sorted."""
+    for name in names:
         with contextlib.suppress(OSError):
             (shm_dir / name).unlink()
-    return abandoned
+    return sorted(names)
