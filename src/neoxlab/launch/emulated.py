@@ -23,7 +23,7 @@ from neoxlab.launch.failure import STARTUP_FAILED
 from neoxlab.layout import world_size
 from neoxlab.netem import cluster, slurm
 from neoxlab.netem.topology import RANK_IF, Topology, problems
-from neoxlab.run import rundir
+from neoxlab.run import pmi_relay, rundir
 
 PROXY = REPO_ROOT / "launch" / "netns_proxy.sh"
 RANK = REPO_ROOT / "launch" / "netns_rank.sh"
@@ -61,12 +61,14 @@ def mpiexec_command(cfg: Config, run_dir: Path, topo: Topology, server: str | No
 
 def srun_command(cfg: Config, run_dir: Path, topo: Topology, server: str | None) -> list[str]:
     """One job step across the emulated nodes' slurmds (a job of its own: srun allocates),
-    srun in the controller's namespace."""
+    srun in the controller's namespace; each rank behind a PMI relay, as Slurm 22.05's pmi2
+    plugin misreads MPICH's longest PMI-1 lines (run/pmi_relay.py)."""
     return slurm.in_controller_ns(topo, [
         "srun", f"--job-name={cfg.experiment}", f"--nodes={topo.nodes}",
         f"--ntasks-per-node={topo.ranks_per_node}", f"--ntasks={world_size(cfg)}",
         f"--mpi={cfg.cluster.mpi}", "--kill-on-bad-exit=1",
-        "sh", str(RANK), topo.prefix, *local.rank_program(cfg, run_dir, server)])
+        "sh", str(RANK), topo.prefix,
+        *pmi_relay.command(local.rank_program(cfg, run_dir, server))])
 
 
 def environment(cfg: Config, run_dir: Path) -> dict[str, str]:
