@@ -127,10 +127,10 @@ def test_an_emulated_cluster_refuses_other_launchers_before_planning():
                                                   "launch.submit=false"]))
 
 
-def test_ranks_under_srun_start_fresh_and_under_hydra_from_the_fork_server():
+def test_ranks_under_srun_and_under_hydra_both_start_from_the_fork_server():
     from neoxlab.launch import local
 
     def cfg(launcher: str):
         return compose_experiment("emulated_2x2", [f"cluster.launcher={launcher}",
                                                    "launch.submit=false"])
-    assert not local.uses_forkserver(cfg("srun")) and local.uses_forkserver(cfg("mpiexec"))
+    assert local.uses_forkserver(cfg("srun")) and local.uses_forkserver(cfg("mpiexec"))

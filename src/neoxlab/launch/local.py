@@ -65,12 +65,8 @@ def mpiexec_command(cfg: Config, run_dir: Path, server: str | None) -> list[str]
 
 
 def uses_forkserver(cfg: Config) -> bool:
-    """Builtin tasks on mpiexec. Not GPT-NeoX (its entry sets up its own interpreter), and not
-    under srun on an emulated cluster: Slurm 22.05's pmi2 plugin misreads long PMI-1 lines, and
-    a forked rank's MPI start-up puts long ones (its memory is not fresh), so 4 of 12 such
-    2x2 starts failed in MPI_Init where 0 of 28 fresh ones did."""
-    under_srun = cfg.cluster.emulated is not None and cfg.cluster.launcher == "srun"
-    return cfg.launch.rank_start == "forkserver" and cfg.engine.name != "neox" and not under_srun
+    """Builtin tasks: not GPT-NeoX, whose entry sets up its own interpreter."""
+    return cfg.launch.rank_start == "forkserver" and cfg.engine.name != "neox"
 
 
 @contextlib.contextmanager
