@@ -116,3 +116,13 @@ def test_without_pmi_fd_the_command_runs_as_it_is():
     relay = _start([sys.executable, "-c", "import os; print(os.getpid())"], env)
     out, _ = relay.communicate(timeout=60)
     assert int(out) == relay.pid and relay.returncode == 0  # exec'd: no relay process
+
+
+def test_pmi2_messages_which_end_without_a_newline_pass_at_once():
+    server, rank = _relayed()
+    fullinit = b"    43cmd=fullinit;pmijobid=1.0;pmirank=0;threaded=FALSE;"
+    rank.sendall(fullinit)
+    assert server.recv(4096) == fullinit
+    reply = b"    32cmd=fullinit-response;rc=0;"
+    server.sendall(reply)
+    assert rank.recv(4096) == reply

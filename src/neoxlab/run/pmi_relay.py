@@ -9,9 +9,10 @@ about 1080 bytes, which the plugin splits into two broken requests ("mpi/pmi2: i
 request"), and the ranks wait in MPI_Init for ever. How often depends on that memory: 0 of
 28 starts on one machine, 2 of 4 in one CI run.
 
-The relay tells the rank a smaller vallen_max, so every line fits, and forwards whole lines
-only. It stays out of the way otherwise: without PMI_FD (hydra, PMI_PORT) it just runs the
-command, and the rank's exit status and signals pass through.
+The relay tells the rank a smaller vallen_max, so every line fits, and forwards PMI-1 by
+whole lines only. It stays out of the way otherwise: PMI-2's messages pass as they come;
+without PMI_FD (hydra, PMI_PORT) it just runs the command; the rank's exit status and
+signals pass through.
 """
 
 from __future__ import annotations
@@ -29,13 +30,14 @@ import threading
 # whose encoding outgrows it (MPICH's run-length hex: told 1024, it put 1045 characters) and
 # the `cmd=put kvsname=<job.step> key=<key> value=` around it still fit in one read
 VALLEN_MAX = 512
+PMI1_STARTS = (b"cmd=", b"mcmd=")
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1,
                      signal.SIGUSR2)
 
 
-def command(program: list[str]) -> list[str]:
+def command(program: list[str], python: str = sys.executable) -> list[str]:
     """The program started behind the relay."""
-    return [sys.executable, "-m", __name__, *program]
+    return [python, "-m", __name__, *program]
 
 
 def smaller_values(line: bytes) -> bytes:
@@ -47,8 +49,17 @@ def smaller_values(line: bytes) -> bytes:
                   lambda m: b"vallen_max=%d" % min(int(m[1]), VALLEN_MAX), line)
 
 
+def ready(buffer: bytes) -> tuple[bytes, bytes]:
+    """(what can be forwarded now, what waits). PMI-1 (`cmd=...` or `mcmd=...` lines) goes
+    by whole lines; anything else, such as PMI-2's length-prefixed messages, at once."""
+    if not any(buffer.startswith(start) or start.startswith(buffer) for start in PMI1_STARTS):
+        return buffer, b""
+    complete, newline, rest = buffer.rpartition(b"\n")
+    return complete + newline, rest
+
+
 def relay(server: socket.socket, client: socket.socket) -> None:
-    """Forward whole lines both ways until either side closes; the server's maxes rewritten."""
+    """Forward both ways until either side closes; the server's maxes rewritten."""
     pending = {server: b"", client: b""}
     peer = {server: client, client: server}
     with selectors.DefaultSelector() as selector:
@@ -60,13 +71,12 @@ def relay(server: socket.socket, client: socket.socket) -> None:
                 data = sock.recv(65536)
                 if not data:
                     return
-                complete, newline, pending[sock] = (pending[sock] + data).rpartition(b"\n")
-                if not newline:  # no whole line yet: rpartition left it all in pending
-                    continue
-                lines = (complete + newline).splitlines(keepends=True)
-                if sock is server:
-                    lines = [smaller_values(line) for line in lines]
-                peer[sock].sendall(b"".join(lines))
+                out, pending[sock] = ready(pending[sock] + data)
+                if out and sock is server:
+                    out = b"".join(smaller_values(line)
+                                   for line in out.splitlines(keepends=True))
+                if out:
+                    peer[sock].sendall(out)
 
 
 def run(command: list[str]) -> int:
