@@ -71,6 +71,15 @@ def main(out: Path) -> None:
             checks[f"all_reduce_{algorithm}_{comp.name}_segmented_exact"] = torch.equal(
                 segmented, plain)
 
+    # what a zfp all-reduce puts on the wire is the same whole or in segments
+    x = torch.randn(3072, generator=g)
+    for algorithm in ("allgather", "alltoall"):
+        whole = strict_run(cc.all_reduce, raw, zfp, x.clone(), None, n, algorithm=algorithm)
+        parts = strict_run(cc.all_reduce, raw, zfp, x.clone(), None, n, algorithm=algorithm,
+                           segment_bytes=1024)
+        checks[f"all_reduce_{algorithm}_zfp_ratio"] = x.numel() * 4 / whole.bytes_out
+        checks[f"all_reduce_{algorithm}_zfp_segmented_bytes"] = parts.bytes_out / whole.bytes_out
+
     x = torch.randn(3000, generator=g)
     gathered = [torch.empty_like(x) for _ in range(n)]
     dist.all_gather(gathered, x)

@@ -50,6 +50,14 @@ def test_zfp_rate_8_shrinks_4x_with_bounded_error_and_identical_replicas(checks)
         assert c["zfp_all_reduce_identical"] is True
 
 
+def test_a_zfp_all_reduce_reports_its_wire_bytes_whole_or_in_segments(checks):
+    for c in checks:
+        for algorithm in ("allgather", "alltoall"):
+            assert c[f"all_reduce_{algorithm}_zfp_ratio"] == pytest.approx(4.0, rel=0.05)
+            segmented = c[f"all_reduce_{algorithm}_zfp_segmented_bytes"]
+            assert segmented == pytest.approx(1.0, rel=0.1), (algorithm, segmented)
+
+
 def test_lossy_broadcast_leaves_every_rank_bit_identical(checks):
     for c in checks:
         assert c["lossy_broadcast_identical"] is True

@@ -239,11 +239,12 @@ def _reduce_alltoall(raw, c: Compressor, flat: torch.Tensor, res: torch.Tensor |
     codec = ChunkCodec(c, chunks.length, flat.dtype)
     device, dtype = flat.device, flat.dtype
     scratch = torch.empty(chunks.length, dtype=dtype, device=device)
+    earlier = cost.bytes_out  # the message's segments before this one
     payloads, send = encode_chunks(codec, n, chunks.load, cost)
     received = exchange(raw, payloads, send, codec, group, cost)
     if res is None:
         del payloads, send
-    phase1 = cost.bytes_out
+    phase1 = cost.bytes_out - earlier
     total = torch.zeros(chunks.length, dtype=torch.float32, device=device)
     with Timed(cost, "decompress_s", device):
         for payload in received:  # rank order: the owner's sum is deterministic
@@ -258,8 +259,8 @@ def _reduce_alltoall(raw, c: Compressor, flat: torch.Tensor, res: torch.Tensor |
     gathered = gather(raw, mine, codec, group, n, cost)
     # on the wire: the all-to-all (one message's worth) plus one payload to n-1 peers,
     # reported as the per-message average of the two phases
-    cost.bytes_out = phase1 + (cost.bytes_out - phase1) * n
-    cost.bytes_out //= 2
+    phase2 = cost.bytes_out - earlier - phase1
+    cost.bytes_out = earlier + (phase1 + phase2 * n) // 2
     if res is not None:
         settle_residual(chunks, codec, payloads, gathered, scratch, cost)
         del payloads, send
