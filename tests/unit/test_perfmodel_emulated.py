@@ -3,14 +3,16 @@ and the crossover read from gains."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
 import pytest
 
 from neoxlab.config.profile import LinkProfile
+from neoxlab.layout import resolve_layout
 from neoxlab.perfmodel import emulated as em
-from neoxlab.perfmodel.predict import slowdowns
+from neoxlab.perfmodel.predict import _predict, codec_on_path, slowdowns
 
 
 def local():
@@ -34,7 +36,10 @@ def test_uplink_model_scales_the_nominal_rate_by_the_fitted_efficiency():
     # 2 ranks of a node send at once: each gets half of what 2 flows carry together
     assert links.uplink(40.0, 2).bandwidth_gbs == pytest.approx(1.0 * 40 / 8e3 / 2)
     assert links.uplink(1e6).bandwidth_gbs == pytest.approx(1.0)  # never above the bare veth
-    assert links.uplink(None) == FITS[("none", 1, 2)]
+    assert links.uplink(None) == dataclasses.replace(FITS[("none", 1, 2)], busy_fraction=1.0)
+    # the bare path is bound by the cores; a slower shaped one leaves them idle in part
+    assert links.uplink(40.0).busy_fraction == pytest.approx(0.925 * 40 / 8e3 / 1.0)
+    assert links.uplink(1e6).busy_fraction == pytest.approx(1.0)
     assert links.uplink(None, 2).bandwidth_gbs == pytest.approx(0.5)
     with pytest.raises(ValueError, match="4 nodes x 1 flow"):  # no bare fit on 4 nodes
         links.uplink(40.0, 1, nodes=4)
@@ -56,6 +61,31 @@ def test_flows_on_the_bare_link_carry_what_their_own_fit_says():
     # 4 nodes sending at once: the cores carry less per uplink, also where the rate is high
     assert links.uplink(None, 1, nodes=4).bandwidth_gbs == pytest.approx(0.8)
     assert links.uplink(1e6, 1, nodes=4).bandwidth_gbs == pytest.approx(0.8)
+
+
+def test_codecs_beside_an_idle_wire_are_slowed_only_by_the_cores_they_demand():
+    assert codec_on_path(1.0, 0.0, 2.0) == pytest.approx(2.0)  # every rank encodes at once
+    assert codec_on_path(1.0, 3.0, 2.0) == pytest.approx(1.0)  # a quarter of the collective
+    assert codec_on_path(1.0, 1.0 / 3, 2.0) == pytest.approx(1.5)  # three quarters
+    assert codec_on_path(0.0, 5.0, 2.0) == 0.0
+
+
+def test_a_slow_shaped_uplink_takes_the_codec_off_the_shared_cores_but_the_bare_one_not():
+    links = em.UplinkModel.from_fits(FITS)
+    base = local()
+
+    def steps(rate: str) -> tuple[float, float]:
+        """naive's step as the uplink is, and as if its wire kept the cores busy."""
+        cfg = em.sweep_config("naive", rate, [], "neox_small")
+        profile = em.emulated_profile(base, links, None if rate == "none" else float(rate),
+                                      2, None)
+        busy = dataclasses.replace(profile, inter=dataclasses.replace(profile.inter,
+                                                                      busy_fraction=1.0))
+        return tuple(_predict(cfg, resolve_layout(cfg), p, "test").step_s
+                     for p in (profile, busy))
+    idle, busy = steps("10")
+    assert idle < busy  # the codec ran beside the wire, not on 2 ranks' shared cores
+    assert steps("none")[0] == pytest.approx(steps("none")[1])  # the bare path is the cores
 
 
 def test_slower_uplinks_make_compression_pay_and_only_the_wire_grows():

@@ -20,6 +20,10 @@ class LinkProfile:
     # alpha of a point-to-point send/recv when it differs from a collective's step (gloo);
     # null: latency_us
     p2p_latency_us: float | None = None
+    # the share of its wire time in which the link's transfers keep the ranks' own cores busy:
+    # 0 where a NIC moves the bytes; on an emulated uplink the veths' packets are processed
+    # by this machine's cores (1 on the bare path, which they bound; less on a slower shaped one)
+    busy_fraction: float = 0.0
 
 
 @dataclass

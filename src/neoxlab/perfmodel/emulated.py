@@ -93,14 +93,16 @@ class UplinkModel:
                 f"{sorted(self.unshaped_total)}); run bench/emulated_model.py --measure with "
                 f"--fit-flows {flows} and --fit-nodes {nodes}")
         if rate_mbit is None:
-            return dataclasses.replace(self.unshaped, bandwidth_gbs=bare / flows)
+            return dataclasses.replace(self.unshaped, bandwidth_gbs=bare / flows,
+                                       busy_fraction=1.0)
         if flows not in self.efficiency:
             raise ValueError(
                 f"no uplink fit with {flows} flows at once (fitted: {sorted(self.efficiency)})"
                 f"; run bench/emulated_model.py --measure --fit-flows {flows}")
         bw = min(bare, self.efficiency[flows] * rate_mbit / 8e3)
         return LinkProfile(latency_us=max(self.latency_us, self.unshaped.latency_us),
-                           bandwidth_gbs=bw / flows, p2p_latency_us=self.unshaped.p2p_latency_us)
+                           bandwidth_gbs=bw / flows, p2p_latency_us=self.unshaped.p2p_latency_us,
+                           busy_fraction=bw / bare)
 
     def as_dict(self) -> dict:
         return {"unshaped": dataclasses.asdict(self.unshaped),
