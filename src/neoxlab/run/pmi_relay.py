@@ -72,21 +72,22 @@ def relay(server: socket.socket, client: socket.socket) -> None:
                 if not data:
                     return
                 out, pending[sock] = ready(pending[sock] + data)
-                if out and sock is server:
+                if not out:
+                    continue
+                if sock is server:
                     out = b"".join(smaller_values(line)
                                    for line in out.splitlines(keepends=True))
-                if out:
-                    peer[sock].sendall(out)
+                peer[sock].sendall(out)
 
 
-def run(command: list[str]) -> int:
-    """The command as a child whose PMI_FD is the relay's end; its exit status."""
+def run(program: list[str]) -> int:
+    """The program as a child whose PMI_FD is the relay's end (Popen closes the server's
+    descriptor in it); its exit status."""
     server = socket.socket(fileno=int(os.environ["PMI_FD"]))
     ours, theirs = socket.socketpair()
     env = os.environ | {"PMI_FD": str(theirs.fileno())}
-    child = subprocess.Popen(command, env=env, pass_fds=(theirs.fileno(),))
+    child = subprocess.Popen(program, env=env, pass_fds=(theirs.fileno(),))
     theirs.close()
-    server.set_inheritable(False)
     for signum in FORWARDED_SIGNALS:
         signal.signal(signum, lambda signum, _frame: child.send_signal(signum))
     threading.Thread(target=relay, args=(server, ours), daemon=True).start()
