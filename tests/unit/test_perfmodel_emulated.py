@@ -88,6 +88,22 @@ def test_a_slow_shaped_uplink_takes_the_codec_off_the_shared_cores_but_the_bare_
     assert steps("none")[0] == pytest.approx(steps("none")[1])  # the bare path is the cores
 
 
+def test_a_nodes_own_veths_carry_at_the_loaded_bare_fit_and_are_not_slowed_again():
+    """2x2: TP stays inside a node, over the same kind of bare veths, while the other node's
+    ranks send too; the bare fit with 2 flows at once already ran with 4 ranks on the cores."""
+    links = em.UplinkModel.from_fits(FITS)
+    cfg = em.sweep_config("none", "none", [], "neox_small")
+    profile = em.emulated_profile(local(), links, None, 2, None)
+    assert profile.intra.bandwidth_gbs == pytest.approx(0.5)  # ("none", 2, 2), not 1.0
+    assert profile.intra.fitted_under_load
+    slowed = dataclasses.replace(profile, intra=dataclasses.replace(profile.intra,
+                                                                    fitted_under_load=False))
+    layout = resolve_layout(cfg)
+    loaded, again = (_predict(cfg, layout, p, "test") for p in (profile, slowed))
+    assert loaded.links["tp"] == "intra" and loaded.breakdown["tp"] > 0
+    assert loaded.step_s < again.step_s  # slowed twice by 4 ranks on 2 cores otherwise
+
+
 def test_slower_uplinks_make_compression_pay_and_only_the_wire_grows():
     links = em.UplinkModel.from_fits(FITS)
     base = local()

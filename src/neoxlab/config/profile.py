@@ -24,6 +24,9 @@ class LinkProfile:
     # 0 where a NIC moves the bytes; on an emulated uplink the veths' packets are processed
     # by this machine's cores (1 on the bare path, which they bound; less on a slower shaped one)
     busy_fraction: float = 0.0
+    # fitted with as many ranks sending at once as the run has on these cores (emulated veths):
+    # core sharing is already in its alpha-beta, so its time is not slowed by it again
+    fitted_under_load: bool = False
 
 
 @dataclass

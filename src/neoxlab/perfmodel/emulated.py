@@ -18,9 +18,12 @@ sending at once as the layout has. The bare link is bound by the cores that proc
 packets, not by a rate: with 2 nodes, 2 flows carried 1.5x what one did (41 against 27
 MB/s); with 4 nodes one flow each got 0.88x (24 MB/s). A node's ranks reduce at once (one
 in each DP group), so with k ranks per node each gets B(R, k) / k (the model's per-rank
-convention, as configs/cluster/lassen.yaml's inter link). Compute, framework overheads and
-the codecs come from the local profile (this machine's cores: the same ones the emulated
-nodes run on), the codecs timed again here on one thread.
+convention, as configs/cluster/lassen.yaml's inter link). Inside a node the ranks talk over
+the same kind of bare veths while the other nodes' ranks send too, so the intra-node link is
+the bare fit with the layout's flows and nodes at once; that fit already ran with all the
+ranks on the cores, so its time is not slowed again by their sharing. Compute and framework
+overheads come from the local profile (this machine's cores: the same ones the emulated nodes
+run on); the codecs are timed on one thread (bench/emulated_model.py --measure).
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ FitKey = tuple[str, int, int]
 
 @dataclass(frozen=True)
 class UplinkModel:
-    unshaped: LinkProfile  # the bare veth path (also the intra-node link: the same veths)
+    unshaped: LinkProfile  # the bare veth path, one flow between 2 nodes
     efficiency: dict[int, float]  # flows at once -> their total bytes/s over the nominal R/8
     unshaped_total: dict[tuple[int, int], float]  # (flows, nodes) -> GB/s of an uplink, bare
     latency_us: float  # alpha of the one-flow shaped fits
@@ -126,7 +129,10 @@ def emulated_profile(base: PerfProfile, links: UplinkModel, rate_mbit: float | N
                      nodes: int = 2) -> PerfProfile:
     """The local profile with the emulated links: per rank, `sharing` ranks per uplink."""
     inter = links.uplink(rate_mbit, sharing, nodes)
-    intra = dataclasses.replace(links.unshaped)
+    # a node's ranks talk over the same kind of bare veths while the other nodes' ranks do
+    # too: the bare fit with as many flows per node and nodes at once (2x2 sweep: TP all-
+    # reduces got 19 MB/s a flow, where the one-flow fit slowed by 4 ranks on 2 cores said 13)
+    intra = dataclasses.replace(links.uplink(None, sharing, nodes), fitted_under_load=True)
     return dataclasses.replace(base, intra=intra, inter=inter, codecs=codecs or base.codecs,
                                calibration=None, source="local profile + emulated uplinks "
                                "fitted by neoxlab.perfmodel.emulated")

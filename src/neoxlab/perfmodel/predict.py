@@ -149,9 +149,11 @@ def _predict(cfg: Config, layout: Layout, p: PerfProfile, origin: str,
     }
     slow_path, slow_cores = slowdowns(cfg, layout, p, external)
     # time on an inter-node wire passes at the wire's pace, whatever share of a core the
-    # waiting ranks get (emulated nodes: shaped uplinks); codecs as codec_on_path says;
-    # everything else is slowed
-    wire = sum(breakdown[dim] for dim in ("tp", "pp", "dp", "zero") if links[dim] == "inter")
+    # waiting ranks get (emulated nodes: shaped uplinks), and so does time on a link fitted
+    # under the run's load (emulated veths); codecs as codec_on_path says; everything else
+    # is slowed
+    wire = sum(breakdown[dim] for dim in ("tp", "pp", "dp", "zero")
+               if links[dim] == "inter" or getattr(p, links[dim]).fitted_under_load)
 
     def on_path(cost: costs.Cost, dim: str) -> float:
         idle = 0.0  # the wire time in which the ranks' cores are free
