@@ -2,7 +2,7 @@
 
     python bench/flover.py [--layers 8] [--hidden 512] [--requests 32] [--gap-ms 20]
                            [--out 128 256] [--policies fused,fused_noreorder,...]
-                           [--prefill-chunk N]
+                           [--prefill-chunk N] [--compile-decode]
 
 Defaults are the issue's sizes: a GPT-NeoX of 8 layers, hidden 512 (byte vocabulary 256),
 32 requests with Poisson arrivals (mean gap 20 ms), prompts of 16-32 tokens, outputs
@@ -59,6 +59,8 @@ def main() -> None:
     ap.add_argument("--always-packed", action="store_true",
                     help="prepacked products for every shape from min_rows() rows, untimed "
                     "(serve.packed_linear_timed=false)")
+    ap.add_argument("--compile-decode", action="store_true",
+                    help="decode steps on torch.compile's graphs (serve.compile_decode)")
     ap.add_argument("--json", type=Path, help="write rows, ratios and hf_cb tuning here")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -70,6 +72,9 @@ def main() -> None:
     model = build_serve_model(model_cfg, "random", 1234, 1, 0, max_seq)
     model.lean = not args.megatron
     model.use_packed_linear(not args.plain_linear, timed=not args.always_packed)
+    compile_s = model.use_compiled_decode(args.compile_decode, args.requests)
+    if args.compile_decode:
+        print(f"compile_decode: every row bucket compiled in {compile_s:.1f} s (untimed)")
     pages = -(-max_seq // 32) * args.requests
     settings = RunSettings(slots=args.requests, max_concurrent=args.requests,
                            max_seq_len=max_seq, window_s=0.05, sampling=Sampling(),
@@ -98,7 +103,8 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps({
             "args": {k: str(v) for k, v in vars(args).items()}, "rows": rows,
-            "ratios": ratios(rows), "hf_cb_sizing": asdict(runner.cb_sizing),
+            "ratios": ratios(rows), "compile_decode_s": compile_s,
+            "hf_cb_sizing": asdict(runner.cb_sizing),
             "hf_cb_tuning": runner.cb_tuning}, indent=1))
 
 

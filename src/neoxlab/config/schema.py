@@ -261,6 +261,10 @@ class ServeConfig:
     lean_decode: bool = True  # TP=1: plain torch ops on the same weights (false: megatron's)
     packed_linear: bool = True  # lean path on CPU: weights prepacked for oneDNN (8+ rows)
     packed_linear_timed: bool = True  # packed only at decode batch sizes a timed step favours
+    # TP=1 lean path: a decode step's norms, products, FFN and head on torch.compile's graphs,
+    # rows padded to a power of two (each size's graphs compiled before the timed runs),
+    # attention eager, products F.linear. Off: on the CPU it did not pay (README, Flover)
+    compile_decode: bool = False
     # chunked prefill: prompt tokens each decode step carries (fused, fused_noreorder,
     # sequential); 0: one prompt phase per admission, before the step
     prefill_chunk: int = 0

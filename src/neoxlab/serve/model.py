@@ -13,6 +13,8 @@ F.layer_norm) on the very same parameter tensors, on the CPU with prepacked weig
 rotary tables and the causal bias built once and sliced. megatron-core's parallel layers
 cost a Python autograd function and extra ops per call, which at decode sizes is a large
 share of a step (bench/serve_profile.py shows the split). TP>1 keeps megatron's layers.
+serve.compile_decode runs a decode step's dense work on torch.compile's graphs instead
+(ServeModel.use_compiled_decode; off by default: it did not pay on the CPU).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -45,6 +48,15 @@ class PromptPiece:
     tokens: list[int]
 
 
+@dataclass(frozen=True)
+class CompiledDecode:
+    """The compiled halves of a lean block and the head (ServeModel.use_compiled_decode)."""
+
+    qkv: Callable[..., tuple[torch.Tensor, ...]]  # lean_qkv
+    out: Callable[..., torch.Tensor]  # lean_out
+    head: Callable[..., torch.Tensor]  # lean_head
+
+
 class ServeModel(torch.nn.Module):
     """Children named by global pipeline index ("0" embedding ... "L+2" head), as in training,
     so hf_convert.load_into_pipeline and training state dicts apply unchanged."""
@@ -62,6 +74,7 @@ class ServeModel(torch.nn.Module):
         self.num_layers = model.num_layers
         self.lean = tp == 1  # plain-op forward (serve.lean_decode); TP>1 needs megatron's
         self.use_packed_linear(True)
+        self.compiled: CompiledDecode | None = None  # serve.compile_decode
         cos, sin = rotary_tables(max_seq_len, rotary_dim(model), model.rotary_emb_base,
                                  torch.float32, torch.device("cpu"))
         self.register_buffer("rotary_cos", cos, persistent=False)
@@ -109,6 +122,36 @@ class ServeModel(torch.nn.Module):
         self.linear = self.packed if self.packing_pays[bucket] else F.linear
         return step()
 
+    def use_compiled_decode(self, on: bool, rows: int = 1) -> float:
+        """serve.compile_decode: a decode step's dense work through torch.compile (lean path,
+        TP=1). Its rows are padded to their bucket (packed_linear.row_bucket: 1, 2, 4 ...),
+        so each bucket compiles once with static shapes. The cache write and the attention,
+        whose key length grows every step, stay eager on the real rows between a block's two
+        graphs, so a new `span` compiles nothing; the weights are graph inputs, so the same
+        graphs serve every layer. The products inside are F.linear (the prepacked weights are
+        opaque oneDNN tensors the compiler cannot trace; behind a custom op they only matched
+        the eager packed step). Chunked prefill's mixed steps and prompt phases stay eager.
+        Every bucket up to `rows` is compiled here, so that no timed step compiles; returns
+        the seconds that took. On this CPU it does not pay: a compiled call costs about what
+        fusing a block's elementwise ops saves, and products and attention, most of a step,
+        are the same ops (bench/flover.py --compile-decode)."""
+        self.compiled = None
+        if not (on and self.lean and self.tp == 1):
+            return 0.0
+        # one graph per bucket and function: more than dynamo's default of 8 from 256 rows
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 32)
+        # plain functions, not partials: dynamo keeps its graphs per code object, and every
+        # partial runs through the same wrapper code (one shared list of guards to search)
+        graph = partial(torch.compile, fullgraph=True, dynamic=False)
+        self.compiled = CompiledDecode(graph(lean_qkv), graph(lean_out), graph(lean_head))
+        start = time.perf_counter()
+        bucket = 1
+        while bucket <= packed_linear.row_bucket(rows):
+            zeros = torch.zeros(bucket, dtype=torch.long, device=self.rotary_cos.device)
+            self.decode(zeros, zeros, 0, self.new_cache(bucket, 1), 1)
+            bucket *= 2
+        return time.perf_counter() - start
+
     def blocks(self) -> list[TransformerLayer]:
         return [getattr(self, str(i)) for i in range(1, self.num_layers + 1)]
 
@@ -134,9 +177,17 @@ class ServeModel(torch.nn.Module):
             x = block(i, layer, x, cos, sin, attend)
         if pick is not None:
             x = x.reshape(-1, x.shape[-1])[pick]
+        if lean:
+            return self._lean_head(partial(lean_head, self.linear), x)
         norm = getattr(self, str(self.num_layers + 1)).norm
-        x = F.layer_norm(x, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
-        return self._logits(x, lean)
+        return self._logits(F.layer_norm(x, norm.normalized_shape, norm.weight, norm.bias,
+                                         norm.eps))
+
+    def _lean_head(self, head: Callable[..., torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        """lean_head (its products bound) on this model's final norm and head weight."""
+        return head(getattr(self, str(self.num_layers + 1)).norm,
+                    getattr(self, str(self.num_layers + 2)).final_linear.weight, x,
+                    self.config.vocab_size)
 
     def rotary_dtype(self) -> torch.dtype:
         return next(self.parameters()).dtype
@@ -155,39 +206,13 @@ class ServeModel(torch.nn.Module):
 
     def _lean_block(self, i: int, layer: TransformerLayer, x: torch.Tensor, cos: torch.Tensor,
                     sin: torch.Tensor, attend: Attend) -> torch.Tensor:
-        """The same block in plain ops on the same weights (TP=1): fused QKV projection, one
-        rotary op for Q and K together, q/k/v as views of the QKV output."""
-        att, mlp, linear = layer.attention, layer.mlp, self.linear
-        ln1, ln2 = layer.input_layernorm, layer.post_attention_layernorm
-        b, s, h = x.shape
-        attn_in = F.layer_norm(x, ln1.normalized_shape, ln1.weight, ln1.bias, ln1.eps)
-        qkv = linear(attn_in, att.query_key_value.weight, att.query_key_value.bias)
-        qkv = qkv.view(b, s, att.heads_local, 3, att.head_dim)  # GPT-NeoX: per head q|k|v
-        rot = cos.shape[-1]
-        if rot:
-            qk = qkv[:, :, :, :2, :rot]
-            half = rot // 2
-            rotated = torch.cat((-qk[..., half:], qk[..., :half]), dim=-1)
-            qkv[:, :, :, :2, :rot] = (qk * cos[:, :, None, None] +
-                                      rotated * sin[:, :, None, None])
-        q, k, v = qkv.transpose(1, 2).unbind(3)  # each [b, heads, s, head_dim]
-        context = attend(i, q, k, v).transpose(1, 2).reshape(b, s, h)
-        attn = linear(context, att.dense.weight, att.dense.bias)
+        """The same block in plain ops on the same weights (TP=1)."""
+        q, k, v = lean_qkv(self.linear, layer, x, cos, sin)
+        return lean_out(self.linear, layer, x, attend(i, q, k, v))
 
-        def ffn(y: torch.Tensor) -> torch.Tensor:
-            y = F.layer_norm(y, ln2.normalized_shape, ln2.weight, ln2.bias, ln2.eps)
-            y = F.gelu(linear(y, mlp.dense_h_to_4h.weight, mlp.dense_h_to_4h.bias))
-            return linear(y, mlp.dense_4h_to_h.weight, mlp.dense_4h_to_h.bias)
-
-        if layer.parallel_residual:
-            return x + attn + ffn(x)
-        x = x + attn
-        return x + ffn(x)
-
-    def _logits(self, hidden: torch.Tensor, lean: bool) -> torch.Tensor:
-        """Full-vocabulary logits [..., vocab_size] on every TP rank (padding cut off)."""
-        head = getattr(self, str(self.num_layers + 2))
-        local = self.linear(hidden, head.final_linear.weight) if lean else head(hidden)
+    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """megatron's head: full-vocabulary logits [..., vocab_size] on every TP rank."""
+        local = getattr(self, str(self.num_layers + 2))(hidden)
         if self.tp > 1:
             local = gather_last_dim(local.contiguous())
         return local[..., : self.config.vocab_size].float()
@@ -231,9 +256,26 @@ class ServeModel(torch.nn.Module):
             span = int(positions.max()) + 1
         fused = self._decode_attention(positions, lo, span, cache)
         cos, sin = self.rotary_cos[positions][:, None], self.rotary_sin[positions][:, None]
+        if self.compiled is not None and self.lean and self.tp == 1:
+            return self._compiled_decode(tokens, cos, sin, fused)
         logits = self._decode_fastest(
             len(tokens), lambda: self._forward(tokens[:, None], cos, sin, fused))
         return logits[:, 0]
+
+    def _compiled_decode(self, tokens: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                         attend: Attend) -> torch.Tensor:
+        """decode's forward on the compiled graphs (use_compiled_decode): logits [n, vocab].
+        The padding rows (token 0, rotary angle 0) reach neither the cache nor the logits:
+        attention sees the real rows only, and every other op is row by row."""
+        n, graphs = len(tokens), self.compiled
+        rows = packed_linear.row_bucket(n)
+        tokens = padded(tokens, rows)
+        cos, sin = (padded(t.to(self.rotary_dtype()), rows) for t in (cos, sin))
+        x = F.embedding(tokens[:, None], getattr(self, "0").word_embeddings.weight)
+        for i, layer in enumerate(self.blocks()):
+            q, k, v = graphs.qkv(F.linear, layer, x, cos, sin)
+            x = graphs.out(F.linear, layer, x, padded(attend(i, q[:n], k[:n], v[:n]), rows))
+        return self._lean_head(partial(graphs.head, F.linear), x)[:n, 0]
 
     @torch.inference_mode()
     def mixed_step(self, tokens: torch.Tensor, positions: torch.Tensor, lo: int, span: int,
@@ -313,6 +355,58 @@ class ServeModel(torch.nn.Module):
             )
 
         return attend
+
+
+def lean_qkv(linear: Linear, layer: TransformerLayer, x: torch.Tensor, cos: torch.Tensor,
+             sin: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """A lean block up to attention: input norm, fused QKV projection, one rotary op for Q
+    and K together; q, k, v [b, heads, s, head_dim] are views of the QKV output."""
+    att, ln1 = layer.attention, layer.input_layernorm
+    b, s, _ = x.shape
+    attn_in = F.layer_norm(x, ln1.normalized_shape, ln1.weight, ln1.bias, ln1.eps)
+    qkv = linear(attn_in, att.query_key_value.weight, att.query_key_value.bias)
+    qkv = qkv.view(b, s, att.heads_local, 3, att.head_dim)  # GPT-NeoX: per head q|k|v
+    rot = cos.shape[-1]
+    if rot:
+        qk = qkv[:, :, :, :2, :rot]
+        half = rot // 2
+        rotated = torch.cat((-qk[..., half:], qk[..., :half]), dim=-1)
+        qkv[:, :, :, :2, :rot] = qk * cos[:, :, None, None] + rotated * sin[:, :, None, None]
+    return qkv.transpose(1, 2).unbind(3)
+
+
+def lean_out(linear: Linear, layer: TransformerLayer, x: torch.Tensor, context: torch.Tensor
+             ) -> torch.Tensor:
+    """A lean block from attention's context [b, heads, s, head_dim] on: output projection,
+    FFN and residuals (parallel or sequential, as the layer says)."""
+    att, mlp, ln2 = layer.attention, layer.mlp, layer.post_attention_layernorm
+    attn = linear(context.transpose(1, 2).reshape(x.shape), att.dense.weight, att.dense.bias)
+
+    def ffn(y: torch.Tensor) -> torch.Tensor:
+        y = F.layer_norm(y, ln2.normalized_shape, ln2.weight, ln2.bias, ln2.eps)
+        y = F.gelu(linear(y, mlp.dense_h_to_4h.weight, mlp.dense_h_to_4h.bias))
+        return linear(y, mlp.dense_4h_to_h.weight, mlp.dense_4h_to_h.bias)
+
+    if layer.parallel_residual:
+        return x + attn + ffn(x)
+    x = x + attn
+    return x + ffn(x)
+
+
+def lean_head(linear: Linear, norm: torch.nn.LayerNorm, weight: torch.Tensor, x: torch.Tensor,
+              vocab_size: int) -> torch.Tensor:
+    """Final norm and head (TP=1): logits [..., vocab_size] in fp32, padding cut off."""
+    x = F.layer_norm(x, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
+    return linear(x, weight)[..., :vocab_size].float()
+
+
+def padded(t: torch.Tensor, rows: int) -> torch.Tensor:
+    """t [n, ...] in the first rows of a new zeroed [rows, ...] tensor: padding, and one
+    memory layout whatever t's (dynamo guards on strides, even of dimensions of size 1,
+    which SDPA's output sets differently from step to step)."""
+    out = t.new_zeros(rows, *t.shape[1:])
+    out[: len(t)] = t
+    return out
 
 
 def gather_last_dim(local: torch.Tensor) -> torch.Tensor:

@@ -67,6 +67,7 @@ def serve(cfg: Config, run_dir: Path, rank: int, world: int, terminal: TextIO | 
                               s.max_seq_len)
     model.lean = s.lean_decode and cfg.parallel.tp == 1
     model.use_packed_linear(s.packed_linear, s.packed_linear_timed)
+    compile_s = model.use_compiled_decode(s.compile_decode, s.slots)  # before any timing
     traces = traces_of(cfg, model.config.vocab_size)
     if rank == 0:
         rundir.write_json(run_dir / "workload.json", {"traces": [
@@ -91,6 +92,7 @@ def serve(cfg: Config, run_dir: Path, rank: int, world: int, terminal: TextIO | 
                       "heads": model.config.num_attention_heads, "tp": cfg.parallel.tp,
                       "weights": s.weights, "weights_source": model.source},
             "gap_scale": s.gap_scale,
+            "compile_decode_s": compile_s,  # serve.compile_decode: every bucket compiled
             "hf_cb_sizing": asdict(runner.cb_sizing) if "hf_cb" in s.policies else None,
             "hf_cb_tuning": runner.cb_tuning,
         })
