@@ -75,12 +75,13 @@ def omb_runs(results: Path, rates: list[str], flows: list[int], nodes: list[int]
     return {p: found[p] for p in points}
 
 
-def model_codecs(results: Path, measure: bool) -> dict[str, CodecProfile]:
+def model_codecs(results: Path, local: dict[str, CodecProfile], measure: bool
+                 ) -> dict[str, CodecProfile]:
     """The codecs timed on one thread with --measure (or when no earlier run left them in
     results/calibration/emulated.json), else those earlier timings: rerunning the model on
     the same measurements gives the same predictions (codec timings move by up to 30 %
     between runs)."""
-    codecs = dict(em.local_profile(results)[0].codecs)
+    codecs = dict(local)
     calibration = results / CALIBRATION
     if not measure and calibration.exists():
         saved = json.loads(calibration.read_text()).get("codecs", {})
@@ -126,8 +127,8 @@ def main() -> int:
     runs = omb_runs(results, args.fit_rates, args.fit_flows, args.fit_nodes, args.measure)
     fits = {key: em.fit_rate(em.read_omb(d), key[2]) for key, d in runs.items()}
     links = em.UplinkModel.from_fits(fits)
-    codecs = model_codecs(results, args.measure)
     base, origin = em.local_profile(results)
+    codecs = model_codecs(results, base.codecs, args.measure)
     doc = {"links": links.as_dict(),
            "codecs": {k: dataclasses.asdict(v) for k, v in codecs.items()},
            "base_profile": origin,

@@ -9,27 +9,18 @@ from dataclasses import replace
 import pytest
 import torch
 
-from neoxlab.config import ModelConfig
 from neoxlab.serve.distributed import init_single_process, shutdown
 from neoxlab.serve.policies import policy_for
 from neoxlab.serve.scheduler import Engine, Sampling
-from neoxlab.serve.weights import build_serve_model
 from neoxlab.serve.workload import WorkloadSpec, make_workload
-
-MAX_SEQ = 48
-TINY = ModelConfig(num_layers=2, hidden_size=64, num_attention_heads=4, seq_length=64,
-                   max_position_embeddings=64, vocab_size=200, rotary_pct=0.5)
+from tests.serve_tiny import MAX_SEQ, tiny_model
 
 
 @pytest.fixture(scope="module")
 def model():
     torch.set_num_threads(1)
     init_single_process()
-    m = build_serve_model(TINY, "random", 3, 1, 0, MAX_SEQ)
-    with torch.no_grad():  # spread-out logits: argmax ties would make equality luck
-        for p in m.parameters():
-            if p.dim() > 1:
-                p.mul_(5.0)
+    m = tiny_model()
     yield m
     shutdown()
 

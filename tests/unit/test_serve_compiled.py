@@ -8,16 +8,12 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from neoxlab.config import ModelConfig
 from neoxlab.serve.distributed import init_single_process, shutdown
 from neoxlab.serve.policies import policy_for
 from neoxlab.serve.scheduler import Engine, Sampling
-from neoxlab.serve.weights import build_serve_model
 from neoxlab.serve.workload import WorkloadSpec, make_workload
+from tests.serve_tiny import MAX_SEQ, tiny_model
 
-MAX_SEQ = 48
-TINY = ModelConfig(num_layers=2, hidden_size=64, num_attention_heads=4, seq_length=64,
-                   max_position_embeddings=64, vocab_size=200, rotary_pct=0.5)
 SLOTS = 3  # decode steps of 1, 2 and 3 rows: buckets 1, 2 and 4 (3 rows padded by one)
 
 pytestmark = pytest.mark.timeout(120)  # compiling 3 buckets x 3 graphs: ~25 s, 3 s cached
@@ -27,11 +23,7 @@ pytestmark = pytest.mark.timeout(120)  # compiling 3 buckets x 3 graphs: ~25 s, 
 def model():
     torch.set_num_threads(1)
     init_single_process()
-    m = build_serve_model(TINY, "random", 3, 1, 0, MAX_SEQ)
-    with torch.no_grad():  # spread-out logits: argmax ties would make equality luck
-        for p in m.parameters():
-            if p.dim() > 1:
-                p.mul_(5.0)
+    m = tiny_model()
     graphs = counters["stats"]["unique_graphs"]
     assert m.use_compiled_decode(True, SLOTS) > 0
     assert counters["stats"]["unique_graphs"] - graphs == 3 * 3  # qkv, out, head per bucket

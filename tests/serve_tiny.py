@@ -1,0 +1,24 @@
+"""The tiny serve model the serve unit tests share: weights spread out so that greedy argmax
+never rests on a near-tie (token equality would otherwise be luck)."""
+
+from __future__ import annotations
+
+import torch
+
+from neoxlab.config import ModelConfig
+from neoxlab.serve.model import ServeModel
+from neoxlab.serve.weights import build_serve_model
+
+MAX_SEQ = 48
+TINY = ModelConfig(num_layers=2, hidden_size=64, num_attention_heads=4, seq_length=64,
+                   max_position_embeddings=64, vocab_size=200, rotary_pct=0.5)
+
+
+def tiny_model() -> ServeModel:
+    """TINY at TP=1, seed 3, its matrices scaled by 5 (call after init_single_process)."""
+    m = build_serve_model(TINY, "random", 3, 1, 0, MAX_SEQ)
+    with torch.no_grad():
+        for p in m.parameters():
+            if p.dim() > 1:
+                p.mul_(5.0)
+    return m
