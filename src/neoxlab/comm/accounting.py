@@ -46,6 +46,10 @@ def bus_bandwidth_gbps(op: str, nbytes: int, seconds: float, group_size: int) ->
     return nbytes / seconds * factor / 1e9
 
 
+# host-timed phases kept per rank (Accountant.timeline): a few hundred steps of a small run
+TIMELINE_SPANS = 20_000
+
+
 class Accountant:
     def __init__(self) -> None:
         self.stats: dict[tuple[str, str], OpStats] = defaultdict(OpStats)
@@ -54,15 +58,23 @@ class Accountant:
         # (ranks of the group, op) -> [calls, bytes_out]: which ranks the bytes went between,
         # so the traffic between nodes can be told from the traffic inside one
         self.groups: dict[tuple[tuple[int, ...], str], list[int]] = defaultdict(lambda: [0, 0])
+        # (dim, op, phase, wall-clock start, seconds) of host-timed phases, the first
+        # TIMELINE_SPANS: when ranks sharing cores encode, decode and wait on the wire
+        self.timeline: list[tuple[str, str, str, float, float]] = []
 
     def record(
         self, dim: str, op: str, *, bytes_in: int, bytes_out: int, comm_s: float,
         group_size: int, compressor: str = "none", compress_s: float = 0.0,
         decompress_s: float = 0.0, via_deepspeed: bool = False, pending=None,
         weight: int = 1, ranks: tuple[int, ...] | None = None, library: str | None = None,
+        spans: list[tuple[str, float, float]] = (),
     ) -> None:
         """One call. `pending`: its Cost when it holds unresolved CUDA events (their times,
-        times `weight` for sampled calls, are added at report time)."""
+        times `weight` for sampled calls, are added at report time); `spans`: its
+        host-timed phases (Cost.spans)."""
+        room = TIMELINE_SPANS - len(self.timeline)
+        self.timeline += [(dim, op, phase, start, took)
+                          for phase, start, took in spans[:max(room, 0)]]
         if ranks is not None:
             tally = self.groups[(ranks, op)]
             tally[0] += 1
@@ -104,6 +116,9 @@ class Accountant:
             out.append(row)
         return out
 
+    def timeline_rows(self, rank: int) -> list[dict]:
+        return [{"rank": rank, "dim": dim, "op": op, "phase": phase, "start": start, "s": took}
+                for dim, op, phase, start, took in self.timeline]
 
     def group_rows(self, rank: int) -> list[dict]:
         return [{"rank": rank, "ranks": list(ranks), "op": op, "calls": calls,

@@ -41,6 +41,7 @@ class Cost:
     decompress_s: float = 0.0
     comm_s: float = 0.0
     events: list = field(default_factory=list)  # (attr, start, end) CUDA events, unresolved
+    spans: list = field(default_factory=list)  # (attr, wall-clock start, seconds): host-timed
 
     def resolve(self) -> Cost:
         """Fold the CUDA event pairs into the seconds (waits for them: report time only)."""
@@ -53,7 +54,9 @@ class Cost:
 
 class Timed:
     """Adds the duration of its block to cost.<attr>: host clock for CPU work, CUDA events
-    (no synchronization) for work queued on a GPU."""
+    (no synchronization) for work queued on a GPU. Host-timed blocks also keep their
+    wall-clock start (cost.spans), so the ranks' codec and wire phases can be lined up
+    across processes (bench/codec_overlap.py)."""
 
     def __init__(self, cost: Cost, attr: str, device: torch.device):
         self.cost, self.attr, self.cuda = cost, attr, device.type == "cuda"
@@ -63,6 +66,7 @@ class Timed:
             self.start = torch.cuda.Event(enable_timing=True)
             self.start.record()
         else:
+            self.wall = time.time()
             self.t0 = time.perf_counter()
 
     def __exit__(self, *exc):
@@ -71,8 +75,9 @@ class Timed:
             end.record()
             self.cost.events.append((self.attr, self.start, end))
         else:
-            setattr(self.cost, self.attr,
-                    getattr(self.cost, self.attr) + time.perf_counter() - self.t0)
+            took = time.perf_counter() - self.t0
+            setattr(self.cost, self.attr, getattr(self.cost, self.attr) + took)
+            self.cost.spans.append((self.attr, self.wall, took))
 
 
 # ---- payload exchange -------------------------------------------------------------------

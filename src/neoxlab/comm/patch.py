@@ -186,8 +186,7 @@ class CompressionPatch:
             dim, name, bytes_in=nbytes, bytes_out=cost.bytes_out, comm_s=cost.comm_s,
             group_size=group_size, compressor=policy.compressor.describe(),
             compress_s=cost.compress_s, decompress_s=cost.decompress_s, via_deepspeed=via_ds,
-            pending=cost,
-            ranks=members,
+            pending=cost, ranks=members, spans=cost.spans,
         )
         return work
 
@@ -211,7 +210,7 @@ class CompressionPatch:
                                comm_s=cost.comm_s, group_size=group_size,
                                via_deepspeed=via_ds, pending=cost,
                                weight=SAMPLE_EVERY if cuda else 1, ranks=members,
-                               library=self.library.get(dim))
+                               library=self.library.get(dim), spans=cost.spans)
         return result
 
     # ---- compressed implementations -----------------------------------------------------

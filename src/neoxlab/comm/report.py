@@ -16,6 +16,8 @@ def write_rank_rows(run_dir: Path, rank: int, accountant: Accountant) -> None:
     rundir.write_json(run_dir / "logs" / f"comm.rank{rank}.json", accountant.rows(rank))
     rundir.write_json(run_dir / "logs" / f"comm_groups.rank{rank}.json",
                       accountant.group_rows(rank))
+    rundir.write_atomic(run_dir / "logs" / f"timeline.rank{rank}.jsonl",
+                        "".join(json.dumps(r) + "\n" for r in accountant.timeline_rows(rank)))
 
 
 def merge(run_dir: Path, world_size: int) -> dict[str, dict]:
