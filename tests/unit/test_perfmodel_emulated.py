@@ -63,10 +63,14 @@ def test_flows_on_the_bare_link_carry_what_their_own_fit_says():
     assert links.uplink(1e6, 1, nodes=4).bandwidth_gbs == pytest.approx(0.8)
 
 
-def test_codecs_beside_an_idle_wire_are_slowed_only_by_the_cores_they_demand():
-    assert codec_on_path(1.0, 0.0, 2.0) == pytest.approx(2.0)  # every rank encodes at once
-    assert codec_on_path(1.0, 3.0, 2.0) == pytest.approx(1.0)  # a quarter of the collective
-    assert codec_on_path(1.0, 1.0 / 3, 2.0) == pytest.approx(1.5)  # three quarters
+def test_a_codec_is_slowed_by_its_own_group_and_by_other_groups_off_an_idle_wire():
+    # one group of all 4 ranks on 2 cores: they encode at once, whatever the wire
+    assert codec_on_path(1.0, 3.0, 2.0, group_share=1.0) == pytest.approx(2.0)
+    # two groups of 2: the other group is on the cores as long as its codec lasts
+    assert codec_on_path(1.0, 0.0, 2.0, group_share=0.5) == pytest.approx(2.0)
+    assert codec_on_path(1.0, 1.0, 2.0, group_share=0.5) == pytest.approx(1.5)
+    assert codec_on_path(1.0, 3.0, 2.0, group_share=0.5) == pytest.approx(1.25)
+    assert codec_on_path(1.0, 99.0, 2.0, group_share=0.25) == pytest.approx(1.0)  # never < 1
     assert codec_on_path(0.0, 5.0, 2.0) == 0.0
 
 
@@ -84,7 +88,7 @@ def test_a_slow_shaped_uplink_takes_the_codec_off_the_shared_cores_but_the_bare_
         return tuple(_predict(cfg, resolve_layout(cfg), p, "test").step_s
                      for p in (profile, busy))
     idle, busy = steps("10")
-    assert idle < busy  # the codec ran beside the wire, not on 2 ranks' shared cores
+    assert idle < busy  # the other DP group's codec ran beside the wire, not on the cores
     assert steps("none")[0] == pytest.approx(steps("none")[1])  # the bare path is the cores
 
 

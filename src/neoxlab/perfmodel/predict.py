@@ -18,9 +18,9 @@ one's own, and a step is the longer of the critical path, slowed by the share of
 busy ranks get, and an average rank's CPU work (compute, overheads, codecs) at its share of
 the cores (see slowdowns()); idle pipeline stages lend their cores to busy ones. Time on an
 inter-node link is wire time and is not slowed, and the codecs of collectives across one are
-slowed only as far as their share of the collective makes ranks encode at once
-(codec_on_path()); the ranks of emulated nodes (cluster.emulated) all share this machine's
-cores_per_node cores.
+slowed by their own group and by the other ranks as far as their codecs' share of their
+collectives keeps them on the cores (codec_on_path()); the ranks of emulated nodes
+(cluster.emulated) all share this machine's cores_per_node cores.
 """
 
 from __future__ import annotations
@@ -100,13 +100,18 @@ def slowdowns(cfg: Config, layout: Layout, profile: PerfProfile, external: float
         return 1.0, 1.0
     c = cfg.cluster
     cores = max(c.cores_per_node, 1)
-    ranks = min(c.ranks_per_node, layout.world_size)
-    if c.emulated is not None:  # emulated nodes all run on this machine's cores
-        ranks = layout.world_size
+    ranks = sharing_ranks(cfg, layout)
     m, pp = layout.grad_accum, layout.pp
     others = max(external or 0.0, 0.0)
     busy = ranks * m / (m + pp - 1)
     return max(1.0, (busy + others) / cores), max(1.0, (ranks + others) / cores)
+
+
+def sharing_ranks(cfg: Config, layout: Layout) -> int:
+    """The ranks that share a node's cores; emulated nodes all run on this machine's."""
+    if cfg.cluster.emulated is not None:
+        return layout.world_size
+    return max(min(cfg.cluster.ranks_per_node, layout.world_size), 1)
 
 
 def _predict(cfg: Config, layout: Layout, p: PerfProfile, origin: str,
@@ -155,11 +160,14 @@ def _predict(cfg: Config, layout: Layout, p: PerfProfile, origin: str,
     wire = sum(breakdown[dim] for dim in ("tp", "pp", "dp", "zero")
                if links[dim] == "inter" or getattr(p, links[dim]).fitted_under_load)
 
+    group = {"tp": layout.tp, "pp": 2, "dp": layout.dp, "zero": layout.dp}
+    sharing = sharing_ranks(cfg, layout)
+
     def on_path(cost: costs.Cost, dim: str) -> float:
         idle = 0.0  # the wire time in which the ranks' cores are free
         if links[dim] == "inter":
             idle = cost.comm_s * (1.0 - p.inter.busy_fraction)
-        return codec_on_path(cost.codec_s, idle, slow_path)
+        return codec_on_path(cost.codec_s, idle, slow_path, min(1.0, group[dim] / sharing))
     codec = (m * (on_path(per_mb["tp"], "tp") + on_path(per_mb["pp"], "pp"))
              + on_path(per_dim["dp"], "dp") + on_path(per_dim["zero"], "zero"))
     critical = (sum(breakdown.values()) - wire - breakdown["codec"]) * slow_path + wire + codec
@@ -181,19 +189,23 @@ def _predict(cfg: Config, layout: Layout, p: PerfProfile, origin: str,
     )
 
 
-def codec_on_path(codec_s: float, idle_wire_s: float, slow_path: float) -> float:
-    """A collective's codec time on the critical path of ranks that share cores. While a
-    wire that does not need the cores (a NIC; a shaped uplink below what the cores can push)
-    carries one rank's segment, another rank's codec runs: the ranks leave each transfer at
-    different times and encode and decode in turn rather than all at once. So the codec is
-    slowed by the cores its share of the collective (codec / (codec + idle wire)) demands,
-    not by every busy rank. Emulated 4x1 sweep, 4 ranks on 2 cores: at 80 and 40 Mbit/s a
-    rank's zfp time per call stayed at the one-thread profile's (dp 0.35 and 0.47 s against
-    0.33; ZeRO 0.12 and 0.18 against 0.13). No idle wire (links inside a node, the bare
-    veths): the plain slowdown."""
+def codec_on_path(codec_s: float, idle_wire_s: float, slow_path: float,
+                  group_share: float = 1.0) -> float:
+    """A collective's codec time on the critical path of ranks that share cores. The ranks
+    of the collective's own group (`group_share` of those sharing the cores) leave each
+    exchange together and encode and decode at once; the other ranks' groups run their own
+    collectives, and while a wire that does not need the cores (a NIC; a shaped uplink below
+    what the cores can push) carries their segments, they leave the cores free. So the codec
+    is slowed by its own group and by the other ranks only for the codec's share of their
+    collective (codec / (codec + idle wire)). Measured from the ranks' timelines
+    (bench/codec_overlap.py) on the emulated sweep, 4 ranks on 2 cores: a DP codec took
+    1.1-1.6x its one-thread time in 2x2 (2 DP groups) at 80 and 40 Mbit/s, 1.4-2.0x in 4x1
+    (one group of 4) at every rate. No idle wire (links inside a node, the bare veths):
+    the plain slowdown."""
     if codec_s <= 0:
         return 0.0
-    return codec_s * max(1.0, slow_path * codec_s / (codec_s + idle_wire_s))
+    others_busy = codec_s / (codec_s + idle_wire_s)
+    return codec_s * max(1.0, slow_path * (group_share + (1 - group_share) * others_busy))
 
 
 def codec_for(cfg: Config, p: PerfProfile, msg: traffic.Message, notes: list[str]
