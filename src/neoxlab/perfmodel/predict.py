@@ -210,9 +210,10 @@ def codec_on_path(codec_s: float, idle_wire_s: float, slow_path: float,
 
 def codec_for(cfg: Config, p: PerfProfile, msg: traffic.Message, notes: list[str]
               ) -> Codec | None:
-    """The dimension's compressor with its ratio on this message's element width."""
+    """The dimension's compressor with its ratio on this message's element width; none for
+    messages under its min_bytes, which the framework patch sends raw."""
     d = cfg.compression.dims.get(msg.dim)
-    if d is None or d.compressor == "none" or not msg.compressible:
+    if d is None or d.compressor == "none" or msg.nbytes < d.min_bytes:
         return None
     # a profile timed with these very parameters (ZFP's rate sets how many bit planes it
     # codes: rate 24 runs ~2x slower than rate 8), else the compressor's own

@@ -46,7 +46,6 @@ class Message:
     count: float
     per: str  # "microbatch" (on the critical path of every pipeline slot) or "step"
     float_bits: int  # element width, for compression ratios
-    compressible: bool = True  # False: issued async, which the framework patch sends raw
 
 
 @dataclass(frozen=True)
@@ -98,7 +97,6 @@ def _tensor_parallel(cfg: Config, layout: Layout, shape: Shape) -> list[Message]
     forward = forward_allreduces_per_layer(cfg)
     if cfg.parallel.activation_checkpointing:
         forward *= 2  # the recomputed forward reduces again
-    raw_backward = (cfg.engine.name == "builtin" and cfg.compression.backend == "framework")
     # the busiest stage's extras: the last stage's head backward all-reduce (with pp == 1
     # the first stage's embedding forward one too) and cross entropy's fp32 scalars
     tokens = layout.micro_batch * cfg.model.seq_length
@@ -106,8 +104,8 @@ def _tensor_parallel(cfg: Config, layout: Layout, shape: Shape) -> list[Message]
     out = [
         Message("tp", "all_reduce", act, tp, shape.layers * forward + (layout.pp == 1),
                 "microbatch", bits),
-        Message("tp", "all_reduce", act, tp, shape.layers * 2 + 1, "microbatch", bits,
-                compressible=not raw_backward),
+        # backward: megatron-core issues them async; the framework patch compresses those too
+        Message("tp", "all_reduce", act, tp, shape.layers * 2 + 1, "microbatch", bits),
         Message("tp", "all_reduce", tokens * 4, tp, CE_ALLREDUCES, "microbatch", 32),
     ]
     if layout.pp > 1:
