@@ -1,6 +1,6 @@
 """The lean path's prepacked products: F.linear's results (to fp32 rounding) from
-min_rows() rows on (4 on one thread, 8 on more), F.linear itself below and off the CPU's
-fp32, and a weight changed in place is packed again."""
+min_rows() rows on (4 on one thread, 8 on more), and from one row through any_rows;
+F.linear itself below and off the CPU's fp32, and a weight changed in place is packed again."""
 
 from __future__ import annotations
 
@@ -57,3 +57,22 @@ def test_a_weight_changed_in_place_is_packed_again():
     with torch.no_grad():
         w.mul_(2.0)  # e.g. checkpoint weights loaded into the built model
     torch.testing.assert_close(linear(x, w), 2.0 * first, rtol=1e-5, atol=1e-5)
+
+
+def test_any_rows_packs_few_rows_too_and_equals_f_linear(threads):
+    """The products of decode buckets timed faster packed (ServeModel._decode_fastest), from
+    one row on: F.linear's results to fp32 rounding, each row its own (no row mixing)."""
+    torch.manual_seed(1)
+    linear = PackedLinear()
+    w, b = torch.randn(96, 64), torch.randn(96)
+    for rows in range(1, 8):
+        x = torch.randn(rows, 1, 64)
+        got = linear.any_rows(x, w, b)
+        assert got.shape == (rows, 1, 96)
+        torch.testing.assert_close(got, F.linear(x, w, b), rtol=1e-5, atol=1e-5)
+        for r in range(rows):  # a row alone gives that row's result
+            torch.testing.assert_close(linear.any_rows(x[r:r + 1], w, b), got[r:r + 1],
+                                       rtol=1e-5, atol=1e-5)
+    assert list(linear.packs) == [id(w)]
+    xb = torch.randn(2, 64).bfloat16()
+    assert torch.equal(linear.any_rows(xb, w.bfloat16()), F.linear(xb, w.bfloat16()))

@@ -87,31 +87,35 @@ class ServeModel(torch.nn.Module):
         """serve.packed_linear: the lean path's products with prepacked weights (oneDNN,
         where this torch has it; on the CPU only, from packed_linear.min_rows() rows).
         serve.packed_linear_timed: only at the decode batch sizes where they make the step
-        faster. Whether they do depends on the shapes and the machine: the sweep's hidden-256
-        model decoded at 1424-1484 tok/s packed and 1677-1732 with F.linear here, where at
-        hidden 512 a block's products ran 1.98x faster packed. Products timed alone favour
-        packing (the weights stay in cache), so whole decode steps are timed."""
+        faster, from packed_linear.TIMED_FROM rows. Whether they do depends on the shapes
+        and the machine: the sweep's hidden-256 model decoded at 1424-1484 tok/s packed and
+        1677-1732 with F.linear here, where at hidden 512 a block's products ran 1.98x
+        faster packed. Products timed alone (their weight stays in cache) and whole steps
+        can disagree either way, so whole decode steps are timed."""
         fast = on and packed_linear.available()
         self.packed = packed_linear.PackedLinear() if fast else None
         self.linear = self.packed or F.linear
+        # a timed bucket's packed products, few rows included (one object: `is` compares)
+        self.packed_any: Linear | None = self.packed.any_rows if self.packed else None
         self.packed_timed = timed
         self.packing_pays: dict[int, bool] = {}  # decode row bucket -> packed step faster
 
     def _decode_fastest(self, rows: int, step: Callable[[], torch.Tensor]) -> torch.Tensor:
         """One decode step with whichever products ran this row bucket's first step faster
-        (a step rewrites the same cache entries, so it can run more than once). Only on the
-        lean path at TP=1: megatron's layers do not use them, and TP ranks timing apart
-        could choose apart and run different numbers of steps."""
+        (a step rewrites the same cache entries, so it can run more than once), from
+        packed_linear.TIMED_FROM rows: whole steps can favour packing below min_rows().
+        Only on the lean path at TP=1: megatron's layers do not use them, and TP ranks
+        timing apart could choose apart and run different numbers of steps."""
         lean = self.lean and self.tp == 1
-        if (self.packed is None or not self.packed_timed or not lean
-                or rows < packed_linear.min_rows()):
+        if (self.packed_any is None or not self.packed_timed or not lean
+                or rows < packed_linear.TIMED_FROM):
             return step()
         bucket = packed_linear.row_bucket(rows)
         if bucket not in self.packing_pays:
-            self.linear = self.packed
+            self.linear = self.packed_any
             step()  # packs the weights and builds oneDNN's kernel for this shape: not timed
             took = {}
-            for packed, linear in ((True, self.packed), (False, F.linear)):
+            for packed, linear in ((True, self.packed_any), (False, F.linear)):
                 self.linear = linear
                 start = time.perf_counter()
                 out = step()
@@ -119,7 +123,7 @@ class ServeModel(torch.nn.Module):
             self.packing_pays[bucket] = took[True] < took[False]
             if not self.packing_pays[bucket]:
                 return out
-        self.linear = self.packed if self.packing_pays[bucket] else F.linear
+        self.linear = self.packed_any if self.packing_pays[bucket] else F.linear
         return step()
 
     def use_compiled_decode(self, on: bool, rows: int = 1) -> float:

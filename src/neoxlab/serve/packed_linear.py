@@ -20,6 +20,11 @@ import torch.nn.functional as F
 # products): 8 at 2 threads (1.08-1.14x at 8 rows, 0.84-0.95x at 4-7); 4 at 1 thread
 # (1.26-1.71x at 4-7 rows, 0.69-0.72x at 2-3)
 MIN_ROWS, MIN_ROWS_ONE_THREAD = 8, 4
+# decode steps from these rows are timed both ways (ServeModel._decode_fastest), below
+# min_rows() too: whole steps ran faster packed than min_rows() implies (hidden 256,
+# 6 layers: 1.2-1.6x at 2-3 rows; hidden 512, 8 layers: 1.7-2.4x; 1 and 2 threads). Rows
+# padded to their bucket were never faster than packed on the real rows, so none are padded.
+TIMED_FROM = 2
 
 
 def min_rows() -> int:
@@ -46,8 +51,18 @@ class PackedLinear:
 
     def __call__(self, x: torch.Tensor, weight: torch.Tensor,
                  bias: torch.Tensor | None = None) -> torch.Tensor:
+        return self._linear(x, weight, bias, min_rows())
+
+    def any_rows(self, x: torch.Tensor, weight: torch.Tensor,
+                 bias: torch.Tensor | None = None) -> torch.Tensor:
+        """As a call, but packed from one row: for the decode row buckets whose whole step
+        was timed faster packed (ServeModel._decode_fastest), few rows included."""
+        return self._linear(x, weight, bias, 1)
+
+    def _linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                least_rows: int) -> torch.Tensor:
         rows = x.numel() // x.shape[-1]
-        if rows < min_rows() or x.device.type != "cpu" or x.dtype != torch.float32:
+        if rows < least_rows or x.device.type != "cpu" or x.dtype != torch.float32:
             return F.linear(x, weight, bias)
         return self.product(x, weight, bias)
 
