@@ -49,9 +49,10 @@ def test_gloo_allreduce_between_emulated_nodes_runs_at_the_shaped_rate(tmp_path)
 
 def test_concurrent_groups_share_each_uplink(tmp_path):
     # 2 nodes x 2 ranks, 2 groups ({0, 2} and {1, 3}) all-reducing at once: each uplink
-    # carries both groups' messages, so a group gets about half the shaped rate. Started by
-    # hydra: under srun one CI run had the groups overlap only partly (0.21 s a message
-    # against 0.19 s alone), not yet understood
+    # carries both groups' messages, so together they get the shaped rate. Not necessarily
+    # half each: two CI runs (one under srun, one under hydra) had group 0 at 0.21-0.22 s a
+    # message against 0.19 s alone, the other group waiting its turn; so the time until
+    # both groups had sent all their messages is asserted
     size, iterations = 1 << 20, 3 + 1
     proc, run_dir = run_experiment(
         "emulated_omb", tmp_path, "cluster.emulated.prefix=nxtomb2", "launch.timeout_s=120",
@@ -62,10 +63,12 @@ def test_concurrent_groups_share_each_uplink(tmp_path):
         "microbench.iterations=3", "microbench.warmup=1", timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = em.read_omb(run_dir)
-    assert [(r["size"], r["groups"]) for r in rows] == [(size, 2)]
+    assert [(r["size"], r["groups"], len(r["group_avg_us"])) for r in rows] == [(size, 2, 2)]
     uplinks = json.loads((run_dir / "network.json").read_text())["uplinks"]
     one_group = size * iterations
     assert all(payload_bytes(c, "tx") >= 2 * one_group for c in uplinks.values()), uplinks
-    # both groups on the link: a group's message takes about twice its lone wire time
+    # both groups on each uplink: their messages take about twice one group's wire time
+    # (with an uplink of its own each, one group's: iterations x lone)
     lone_s = (size - MIN_BURST_BYTES) / (RATE_MBIT * 1e6 / 8)
-    assert rows[0]["avg_us"] * 1e-6 >= 1.5 * lone_s, (rows[0], lone_s)
+    assert rows[0]["all_groups_s"] >= 1.5 * iterations * lone_s, (rows[0], lone_s)
+    assert rows[0]["avg_us"] == max(rows[0]["group_avg_us"])  # the fits take the slowest

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
@@ -51,18 +52,24 @@ def my_group(cfg: Config, comm):
     return comm if k == 1 else comm.Split(comm.Get_rank() % k, comm.Get_rank())
 
 
-def lockstep(rows: Iterator[Row], world, concurrent: int) -> Iterator[Row]:
+def lockstep(rows: Iterator[Row], world, concurrent: int
+             ) -> Iterator[tuple[Row, float | None]]:
     """Concurrent groups start every message size together (a world barrier before each),
-    so each size is timed while all groups load the links, not after one has drifted ahead."""
+    so each size is timed while all groups load the links, not after one has drifted ahead.
+    Each row comes with the seconds until every group had finished that size (None with one
+    group): flows need not share a link fairly, but together they wait for all its bytes."""
     if concurrent == 1:
-        yield from rows
+        for row in rows:
+            yield row, None
         return
+    world.Barrier()
     while True:
-        world.Barrier()
+        start = time.perf_counter()
         row = next(rows, None)
+        world.Barrier()
         if row is None:
             return
-        yield row
+        yield row, time.perf_counter() - start
 
 
 def run(cfg: Config, run_dir: Path, world, terminal) -> int:
@@ -78,14 +85,20 @@ def run(cfg: Config, run_dir: Path, world, terminal) -> int:
         if rank == 0:
             print(table_header(opts, size), file=terminal, flush=True)
             if concurrent > 1:
-                print(f"# {concurrent} groups of {size} ranks run it at once (rows: group 0)",
+                print(f"# {concurrent} groups of {size} ranks run it at once (rows: group 0; "
+                      "omb.jsonl also has every group's average)",
                       file=terminal, flush=True)
-        for row in lockstep(iter_rows(opts, comm), world, concurrent):
+        for row, all_groups_s in lockstep(iter_rows(opts, comm), world, concurrent):
             failures += row.validation == "Fail"
+            extra = {}
+            if all_groups_s is not None:  # world rank g is in group g
+                averages = world.gather(row.avg_us, root=0)
+                extra = {"group_avg_us": (averages or [])[:concurrent],
+                         "all_groups_s": all_groups_s}
             if out is not None:
                 print(table_row(row, opts), file=terminal, flush=True)
                 out.write(json.dumps({"benchmark": opts.benchmark, "groups": concurrent,
-                                     **asdict(row)}) + "\n")
+                                     **asdict(row), **extra}) + "\n")
     if out is not None:
         out.close()
     return 1 if failures else 0
