@@ -8,6 +8,7 @@ to the same message, so bytes_in / bytes_out is the achieved compression ratio.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 
@@ -67,7 +68,7 @@ class Accountant:
         group_size: int, compressor: str = "none", compress_s: float = 0.0,
         decompress_s: float = 0.0, via_deepspeed: bool = False, pending=None,
         weight: int = 1, ranks: tuple[int, ...] | None = None, library: str | None = None,
-        spans: list[tuple[str, float, float]] = (),
+        spans: Sequence[tuple[str, float, float]] = (),
     ) -> None:
         """One call. `pending`: its Cost when it holds unresolved CUDA events (their times,
         times `weight` for sampled calls, are added at report time); `spans`: its
