@@ -23,6 +23,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m neoxlab.serve.native_attention  # serve's decode-attention kernel, built once (~30 s)
 	touch $(STAMP)
 
 install: $(STAMP) ## create .venv and install pinned dependencies (no-op when up to date)

@@ -61,6 +61,9 @@ def main() -> None:
                     "(serve.packed_linear_timed=false)")
     ap.add_argument("--compile-decode", action="store_true",
                     help="decode steps on torch.compile's graphs (serve.compile_decode)")
+    ap.add_argument("--sdpa-attention", action="store_true",
+                    help="decode attention through SDPA, not the C++ kernel "
+                    "(serve.native_attention=false)")
     ap.add_argument("--json", type=Path, help="write rows, ratios and hf_cb tuning here")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -72,6 +75,8 @@ def main() -> None:
     model = build_serve_model(model_cfg, "random", 1234, 1, 0, max_seq)
     model.lean = not args.megatron
     model.use_packed_linear(not args.plain_linear, timed=not args.always_packed)
+    attention = model.use_native_attention(not args.sdpa_attention)
+    print(f"decode attention: {attention}")
     compile_s = model.use_compiled_decode(args.compile_decode, args.requests)
     if args.compile_decode:
         print(f"compile_decode: every row bucket compiled in {compile_s:.1f} s (untimed)")
@@ -104,7 +109,7 @@ def main() -> None:
         args.json.write_text(json.dumps({
             "args": {k: str(v) for k, v in vars(args).items()}, "rows": rows,
             "ratios": ratios(rows), "compile_decode_s": compile_s,
-            "hf_cb_sizing": asdict(runner.cb_sizing),
+            "decode_attention": attention, "hf_cb_sizing": asdict(runner.cb_sizing),
             "hf_cb_tuning": runner.cb_tuning}, indent=1))
 
 

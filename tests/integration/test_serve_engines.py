@@ -1,6 +1,7 @@
 """Every engine serves a Poisson trace with variable lengths token-for-token like sequential
-and like transformers' generate on the same GPT-NeoX weights; reordering moves caches right;
-requests beyond the slots wait; transformers' continuous batching support is detected."""
+and like transformers' generate on the same GPT-NeoX weights (decode attention through SDPA
+and through the C++ kernel); reordering moves caches right; requests beyond the slots wait;
+transformers' continuous batching support is detected."""
 
 from __future__ import annotations
 
@@ -79,6 +80,11 @@ def test_every_engine_matches_sequential_and_transformers_generate(hf_dir, trace
     # 10 slots: decode steps of 8+ rows, which run on the prepacked weights (serve.packed_linear)
     runs["fused, 10 slots"] = _serve(model, "fused", trace, slots=10)
     assert model.packed.packs, "the prepacked products were not used"
+    assert model.use_native_attention(True) == "native"  # the C++ decode attention
+    runs.update({f"{name}, native attention": _serve(model, name, trace)
+                 for name in ("fused", "fused_noreorder", "sequential")})
+    runs["fused chunked, native attention"] = _serve(model, "fused", trace, chunk=4)
+    model.use_native_attention(False)
     expected = [r["tokens"] for r in runs["sequential"].records]
     assert [len(t) for t in expected] == [r.max_new_tokens for r in trace]
     for name, run in runs.items():

@@ -43,6 +43,7 @@ def test_tp2_run_completes_and_writes_its_results(tp2_run):
     summary = json.loads((run_dir / "summary.json").read_text())
     engines = {row["engine"]: row for row in summary["engines"]}
     assert set(engines) == {"fused", "sequential", "static"}
+    assert summary["decode_attention"] == "native"  # serve.native_attention, on megatron's TP=2
     assert all(row["outputs_match"] for row in engines.values())
     assert engines["fused"]["fused_steps"] < engines["sequential"]["fused_steps"]
     lines = (run_dir / "serve_results.jsonl").read_text().splitlines()

@@ -261,6 +261,9 @@ class ServeConfig:
     lean_decode: bool = True  # TP=1: plain torch ops on the same weights (false: megatron's)
     packed_linear: bool = True  # lean path on CPU: weights prepacked for oneDNN (8+ rows)
     packed_linear_timed: bool = True  # packed only at decode batch sizes a timed step favours
+    # decode steps' attention through a C++ kernel built once per machine (fp32, CPU; SDPA
+    # elsewhere, or when it cannot be built: summary.json's decode_attention says which)
+    native_attention: bool = True
     # TP=1 lean path: a decode step's norms, products, FFN and head on torch.compile's graphs,
     # rows padded to a power of two (each size's graphs compiled before the timed runs),
     # attention eager, products F.linear. Off: on the CPU it did not pay (README, Flover)

@@ -32,7 +32,7 @@ from neoxlab.config import ModelConfig
 from neoxlab.model.layers import TransformerLayer, head_dim, rotary_dim
 from neoxlab.model.pipe import layer_specs
 from neoxlab.model.rotary import rotary_tables
-from neoxlab.serve import packed_linear
+from neoxlab.serve import native_attention, packed_linear
 from neoxlab.serve.cache import KVCache
 
 Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -75,6 +75,7 @@ class ServeModel(torch.nn.Module):
         self.lean = tp == 1  # plain-op forward (serve.lean_decode); TP>1 needs megatron's
         self.use_packed_linear(True)
         self.compiled: CompiledDecode | None = None  # serve.compile_decode
+        self.native_attend = False  # serve.native_attention (use_native_attention)
         cos, sin = rotary_tables(max_seq_len, rotary_dim(model), model.rotary_emb_base,
                                  torch.float32, torch.device("cpu"))
         self.register_buffer("rotary_cos", cos, persistent=False)
@@ -125,6 +126,16 @@ class ServeModel(torch.nn.Module):
                 return out
         self.linear = self.packed_any if self.packing_pays[bucket] else F.linear
         return step()
+
+    def use_native_attention(self, on: bool) -> str:
+        """serve.native_attention: decode steps attend through the C++ kernel
+        (neoxlab.serve.native_attention) on fp32 host tensors, built here before any timing.
+        Returns what decode attention runs on: "native", or "sdpa" and why."""
+        self.native_attend = on and native_attention.build()
+        if self.native_attend:
+            return "native"
+        return "sdpa" if not on else f"sdpa (native kernel not built: "\
+            f"{native_attention.unavailable()})"
 
     def use_compiled_decode(self, on: bool, rows: int = 1) -> float:
         """serve.compile_decode: a decode step's dense work through torch.compile (lean path,
@@ -345,15 +356,20 @@ class ServeModel(torch.nn.Module):
                           cache: KVCache) -> Attend:
         """Attention of one fused decode step over slots [lo, lo+n), for q/k/v [n, heads, 1,
         d]: each row writes its K/V at its position and attends to positions <= it, reading
-        the slot range only up to `span` (the longest live position + 1)."""
+        the slot range only up to `span` (the longest live position + 1); the native kernel
+        (use_native_attention) reads each row only up to its own position."""
         n = positions.shape[0]
         rows = torch.arange(n, device=positions.device)
-        bias = self.causal_bias[positions, :span][:, None, None, :].to(self.rotary_dtype())
+        native = self.native_attend and native_attention.applies(cache.k)
+        bias = None if native else \
+            self.causal_bias[positions, :span][:, None, None, :].to(self.rotary_dtype())
 
         def attend(i: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             keys, values = cache.k[i, lo:lo + n], cache.v[i, lo:lo + n]
             keys[rows, :, positions] = k[:, :, 0]
             values[rows, :, positions] = v[:, :, 0]
+            if native:
+                return native_attention.decode_attention(q, keys, values, positions)
             return F.scaled_dot_product_attention(
                 q, keys[:, :, :span], values[:, :, :span], attn_mask=bias
             )

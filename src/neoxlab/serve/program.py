@@ -67,6 +67,7 @@ def serve(cfg: Config, run_dir: Path, rank: int, world: int, terminal: TextIO | 
                               s.max_seq_len)
     model.lean = s.lean_decode and cfg.parallel.tp == 1
     model.use_packed_linear(s.packed_linear, s.packed_linear_timed)
+    attention = model.use_native_attention(s.native_attention)  # built before any timing
     compile_s = model.use_compiled_decode(s.compile_decode, s.slots)  # before any timing
     traces = traces_of(cfg, model.config.vocab_size)
     if rank == 0:
@@ -93,6 +94,7 @@ def serve(cfg: Config, run_dir: Path, rank: int, world: int, terminal: TextIO | 
                       "weights": s.weights, "weights_source": model.source},
             "gap_scale": s.gap_scale,
             "compile_decode_s": compile_s,  # serve.compile_decode: every bucket compiled
+            "decode_attention": attention,  # serve.native_attention: native, or sdpa and why
             "hf_cb_sizing": asdict(runner.cb_sizing) if "hf_cb" in s.policies else None,
             "hf_cb_tuning": runner.cb_tuning,
         })
