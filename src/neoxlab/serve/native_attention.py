@@ -1,10 +1,11 @@
 """A fused decode step's attention as a small C++ kernel (decode_attention.cpp), built once
 per machine with torch's extension builder (serve.native_attention).
 
-On the CPU a decode step of many rows spends most of its time in SDPA over the KV cache:
-with one query token per (row, head), SDPA's per-pair small GEMMs leave it well short of
-the memory bandwidth (bench/serve_profile.py: 11.3 of a 21.7 ms step at 32 rows). The kernel
-streams each pair's keys and values once, up to that row's own position. It is built for
+On the CPU a decode step of many rows spends about half its time in SDPA over the KV cache
+(bench/serve_profile.py: 11.3 of a 21.7 ms step at 32 rows): with one query token per (row,
+head), SDPA runs a small GEMM pair per pair and reads every row up to the longest. The kernel
+streams each pair's keys and values once, up to that row's own position: 1.05-1.30x a whole
+decode step (bench/decode_attention.py). It is built for
 this CPU (-march=native; the build's name carries a hash of the CPU's model and flags, so a
 home directory shared by different CPUs keeps one build each) into torch's extension cache
 (TORCH_EXTENSIONS_DIR), about 30 s the first time. When it cannot be built (no compiler,
