@@ -141,3 +141,25 @@ def test_crossover_interpolates_on_log_rate():
         math.exp(math.log(100) + 0.25 * (math.log(10) - math.log(100))))
     assert em.crossover([1000, 10], [0.1, 0.2]) is None  # pays everywhere
     assert em.crossover([1000, 10], [-0.1, -0.2]) is None  # nowhere
+
+
+def test_codecs_scaled_to_the_fit_rate_runs_slow_every_codec_by_the_time_weighted_ratio():
+    assert em.codec_scale([0.6, 0.2], [0.3, 0.1]) == pytest.approx(2.0)
+    assert em.codec_scale([1.0, 0.1], [0.5, 0.5]) == pytest.approx(1.1)  # by time, not mean
+    with pytest.raises(ValueError, match="fit rate"):
+        em.codec_scale([], [])
+    codecs = local().codecs
+    slower = em.scaled_codecs(codecs, 2.0)
+    assert set(slower) == set(codecs)
+    for name, c in codecs.items():
+        assert slower[name].encode_gbs == pytest.approx(c.encode_gbs / 2)
+        assert slower[name].decode_gbs == pytest.approx(c.decode_gbs / 2)
+        assert slower[name].call_us == pytest.approx(c.call_us * 2)
+        assert slower[name].ratio == c.ratio
+    cfg = em.sweep_config("naive", "40", ["cluster.nodes=4", "cluster.ranks_per_node=1",
+                                          "parallel.tp=1"], "neox_small")
+    links = em.UplinkModel.from_fits(FITS | {("none", 1, 4): FITS[("none", 1, 2)]})
+    base = local()
+    one, two = (em.predict_point(cfg, base, links, c, None) for c in (codecs, slower))
+    assert two.codec_path_s == pytest.approx(2 * one.codec_path_s, rel=0.05)
+    assert two.step_s > one.step_s

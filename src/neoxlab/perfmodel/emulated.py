@@ -168,3 +168,23 @@ def crossover(rates: list[float], gains: list[float]) -> float | None:
             t = g_hi / (g_hi - g_lo)
             return math.exp(math.log(r_hi) + t * (math.log(r_lo) - math.log(r_hi)))
     return None
+
+
+def codec_scale(measured_s: list[float], predicted_s: list[float]) -> float:
+    """How much slower the codecs ran inside the training runs than the model has them, as
+    one time-weighted ratio over the given runs (the sweep's fit-rate points): the codecs
+    timed alone on one thread moved by up to 1.5x between sessions (zfp rate 8 encode 0.228,
+    0.260 and 0.344 GB/s in three chains) while inside the runs they kept their pace, so the
+    one-thread profile is scaled to what the runs at the fit rates showed."""
+    if not measured_s or sum(predicted_s) <= 0:
+        raise ValueError("no compressed run at a fit rate to scale the codecs to; sweep a fit "
+                         "rate (e.g. 200 Mbit/s) with the compressed schemes")
+    return sum(measured_s) / sum(predicted_s)
+
+
+def scaled_codecs(codecs: dict[str, CodecProfile], factor: float) -> dict[str, CodecProfile]:
+    """Every codec `factor` times slower (throughputs divided, per-call costs multiplied)."""
+    return {name: dataclasses.replace(c, encode_gbs=c.encode_gbs / factor,
+                                      decode_gbs=c.decode_gbs / factor,
+                                      call_us=c.call_us * factor)
+            for name, c in codecs.items()}

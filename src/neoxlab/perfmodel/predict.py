@@ -65,6 +65,7 @@ class Prediction:
     bound: str = "critical path"  # or "cores": ranks sharing cores, their CPU work bounds it
     critical_s: float = 0.0  # the critical path, slowed by the ranks' share of the cores
     throughput_s: float = 0.0  # an average rank's CPU work at its share of the cores
+    codec_path_s: float = 0.0  # the codecs on the critical path, as the sharing slows them
 
     def row(self) -> dict:
         """One flat table row (breakdown as <component>_s columns)."""
@@ -185,7 +186,7 @@ def _predict(cfg: Config, layout: Layout, p: PerfProfile, origin: str,
         samples_per_s=layout.global_batch / step, breakdown=breakdown, links=links,
         profile=origin, notes=sorted(set(notes)), slowdown=scale,
         bound="cores" if throughput > critical else "critical path",
-        critical_s=critical, throughput_s=throughput,
+        critical_s=critical, throughput_s=throughput, codec_path_s=codec,
     )
 
 

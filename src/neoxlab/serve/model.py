@@ -14,7 +14,8 @@ rotary tables and the causal bias built once and sliced. megatron-core's paralle
 cost a Python autograd function and extra ops per call, which at decode sizes is a large
 share of a step (bench/serve_profile.py shows the split). TP>1 keeps megatron's layers.
 serve.compile_decode runs a decode step's dense work on torch.compile's graphs instead
-(ServeModel.use_compiled_decode; off by default: it did not pay on the CPU).
+(ServeModel.use_compiled_decode; off by default: it did not pay on the CPU). A decode step's
+attention runs on a C++ kernel on the CPU (serve.native_attention, any TP).
 """
 
 from __future__ import annotations
