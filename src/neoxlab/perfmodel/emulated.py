@@ -174,7 +174,7 @@ def codec_scale(measured_s: list[float], predicted_s: list[float]) -> float:
     """How much slower the codecs ran inside the training runs than the model has them, as
     one time-weighted ratio over the given runs (the sweep's fit-rate points): the codecs
     timed alone on one thread moved by up to 1.5x between sessions (zfp rate 8 encode 0.228,
-    0.260 and 0.344 GB/s in three chains) while inside the runs they kept their pace, so the
+    0.260 and 0.344 GB/s in three chains) and the runs' codec times did not follow, so the
     one-thread profile is scaled to what the runs at the fit rates showed."""
     if not measured_s or sum(predicted_s) <= 0:
         raise ValueError("no compressed run at a fit rate to scale the codecs to; sweep a fit "
