@@ -37,7 +37,7 @@ from neoxlab.run import rundir
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
-from emulated_sweep import LAYOUTS, STEP_OPS, TABLE, read_jsonl  # noqa: E402
+from emulated_sweep import LAYOUTS, TABLE, codec_s, read_jsonl, step_collectives  # noqa: E402
 
 FIT_RATES = ["none", "200", "10"]  # omb fits; the sweep's other rates are held out
 FIT_FLOWS = [1, 2]  # flows through an uplink at once (2: the 2x2 layout's 2 ranks per node)
@@ -148,11 +148,8 @@ def _external(row: dict) -> float | None:
 
 def codec_s_per_step(run_dir: Path) -> float:
     """A rank's codec seconds per step in a sweep run (the training collectives')."""
-    comm = [r for r in read_jsonl(run_dir / "comm.jsonl") if r["op"].startswith(STEP_OPS)]
-    network = json.loads((run_dir / "network.json").read_text())
-    world = network["nodes"] * network["ranks_per_node"]
     steps = len(read_jsonl(run_dir / "metrics.jsonl"))
-    return sum(r["compress_s"] + r["decompress_s"] for r in comm) / world / steps
+    return codec_s(*step_collectives(run_dir)) / steps
 
 
 def fit_codec_scale(measured: list[dict], base, links: em.UplinkModel,

@@ -67,14 +67,25 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def step_collectives(run_dir: Path) -> tuple[list[dict], dict]:
+    """A run's training collectives (comm.jsonl, every rank) and its network.json."""
+    network = json.loads((run_dir / "network.json").read_text())
+    comm = [r for r in read_jsonl(run_dir / "comm.jsonl") if r["op"].startswith(STEP_OPS)]
+    return comm, network
+
+
+def codec_s(comm: list[dict], network: dict) -> float:
+    """A rank's codec seconds over the run, averaged over the ranks."""
+    world = network["nodes"] * network["ranks_per_node"]
+    return sum(r["compress_s"] + r["decompress_s"] for r in comm) / world
+
+
 def measure(run_dir: Path) -> dict:
     summary = json.loads((run_dir / "summary.json").read_text())
     metrics = read_jsonl(run_dir / "metrics.jsonl")
-    network = json.loads((run_dir / "network.json").read_text())
+    comm, network = step_collectives(run_dir)
     world = network["nodes"] * network["ranks_per_node"]
-    comm = [r for r in read_jsonl(run_dir / "comm.jsonl") if r["op"].startswith(STEP_OPS)]
     comm_s = sum(r["comm_s"] for r in comm) / world
-    codec_s = sum(r["compress_s"] + r["decompress_s"] for r in comm) / world
     total_s = sum(m["iteration_s"] for m in metrics)
     uplink = sum(u["tx_bytes"] for u in network["uplinks"].values())
     return {
@@ -82,7 +93,7 @@ def measure(run_dir: Path) -> dict:
         "tflops_per_gpu": summary["median_tflops_per_gpu"],
         "step_s": summary["median_iteration_s"],
         "comm_share": comm_s / total_s,
-        "codec_share": codec_s / total_s,
+        "codec_share": codec_s(comm, network) / total_s,
         "uplink_MB_per_step": uplink / len(metrics) / 1e6,
         "final_loss": summary["final_loss"],
     }

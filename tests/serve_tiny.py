@@ -7,6 +7,8 @@ import torch
 
 from neoxlab.config import ModelConfig
 from neoxlab.serve.model import ServeModel
+from neoxlab.serve.policies import policy_for
+from neoxlab.serve.scheduler import Engine, Sampling
 from neoxlab.serve.weights import build_serve_model
 
 MAX_SEQ = 48
@@ -22,3 +24,9 @@ def tiny_model() -> ServeModel:
             if p.dim() > 1:
                 p.mul_(5.0)
     return m
+
+
+def greedy_tokens(model: ServeModel, policy: str, requests, slots: int) -> list[list[int]]:
+    """Each request's greedy tokens under one policy with `slots` slots."""
+    engine = Engine(model, policy_for(policy, slots, 0.005), slots, MAX_SEQ, Sampling())
+    return [r["tokens"] for r in engine.run(requests).records]

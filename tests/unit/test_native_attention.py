@@ -10,10 +10,8 @@ import torch.nn.functional as F
 
 from neoxlab.serve import native_attention
 from neoxlab.serve.distributed import init_single_process, shutdown
-from neoxlab.serve.policies import policy_for
-from neoxlab.serve.scheduler import Engine, Sampling
 from neoxlab.serve.workload import WorkloadSpec, make_workload
-from tests.serve_tiny import MAX_SEQ, tiny_model
+from tests.serve_tiny import MAX_SEQ, greedy_tokens, tiny_model
 
 # the first build on a machine compiles the kernel (~30 s); later ones load the cached build
 pytestmark = pytest.mark.timeout(300)
@@ -76,17 +74,14 @@ def model():
     shutdown()
 
 
-def _tokens(model, name: str, requests) -> list[list[int]]:
-    engine = Engine(model, policy_for(name, 3, 0.005), 3, MAX_SEQ, Sampling())
-    return [r["tokens"] for r in engine.run(requests).records]
-
 
 def test_fused_serving_on_the_kernel_gives_sdpas_tokens(built, model):
     spec = WorkloadSpec(6, "poisson", 0.001, (3, 9), (4, 12), 200, 5)
     tokens = {}
     for on in (False, True):
         assert model.use_native_attention(on) == ("native" if on else "sdpa")
-        tokens[on] = {p: _tokens(model, p, make_workload(spec)) for p in ("fused", "sequential")}
+        tokens[on] = {p: greedy_tokens(model, p, make_workload(spec), 3)
+                      for p in ("fused", "sequential")}
     model.use_native_attention(False)
     assert tokens[True]["fused"] == tokens[False]["fused"] == tokens[False]["sequential"]
     assert tokens[True]["sequential"] == tokens[False]["sequential"]

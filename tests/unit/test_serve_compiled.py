@@ -9,10 +9,8 @@ import torch
 from torch._dynamo.utils import counters
 
 from neoxlab.serve.distributed import init_single_process, shutdown
-from neoxlab.serve.policies import policy_for
-from neoxlab.serve.scheduler import Engine, Sampling
 from neoxlab.serve.workload import WorkloadSpec, make_workload
-from tests.serve_tiny import MAX_SEQ, tiny_model
+from tests.serve_tiny import MAX_SEQ, greedy_tokens, tiny_model
 
 SLOTS = 3  # decode steps of 1, 2 and 3 rows: buckets 1, 2 and 4 (3 rows padded by one)
 
@@ -31,10 +29,6 @@ def model():
     m.use_compiled_decode(False)
     shutdown()
 
-
-def _tokens(model, name: str, requests) -> list[list[int]]:
-    engine = Engine(model, policy_for(name, SLOTS, 0.005), SLOTS, MAX_SEQ, Sampling())
-    return [r["tokens"] for r in engine.run(requests).records]
 
 
 def test_a_padded_step_equals_the_eager_step_and_leaves_other_slots_alone(model):
@@ -66,11 +60,11 @@ def test_compiled_fused_serving_gives_sequential_tokens_without_recompiling(mode
     trace = make_workload(WorkloadSpec(10, "poisson", 0.003, (3, 9), (4, 24), 200, 7))
     compiled = model.compiled
     model.compiled = None
-    expected = _tokens(model, "sequential", trace)
-    eager_fused = _tokens(model, "fused", trace)
+    expected = greedy_tokens(model, "sequential", trace, SLOTS)
+    eager_fused = greedy_tokens(model, "fused", trace, SLOTS)
     model.compiled = compiled
     graphs = counters["stats"]["unique_graphs"]
     for name in ("fused", "fused_noreorder", "sequential"):
-        assert _tokens(model, name, trace) == expected, name
+        assert greedy_tokens(model, name, trace, SLOTS) == expected, name
     assert eager_fused == expected
     assert counters["stats"]["unique_graphs"] == graphs  # other spans and rows: no new graph
