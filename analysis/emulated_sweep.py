@@ -3,7 +3,7 @@
 # Gain over the uncompressed baseline (samples/s; TFLOPS/GPU gains are the same numbers: both
 # divide the step's work by the same iteration time) against the uplink rate and against the
 # baseline's share of its step on the inter-node wire (as the model puts it). Points:
-# measured (bench/emulated_sweep.py); lines:
+# measured (bench/emulated_sweep.py; bars: the spread of a point's repeated runs); lines:
 # the performance model with the uplink fitted from gloo all-reduce sweeps inside the
 # emulated cluster (bench/emulated_model.py); dashed: the published Lassen gains; dotted: the
 # communication share the model predicts for Lassen's baseline at 192 GPUs.
@@ -42,6 +42,21 @@ top = sweep.loc[shaped, "rate_mbit"].astype(float).max() if shaped.any() else 10
 unshaped_x = top * 3  # the unshaped links, drawn right of the fastest shaped rate
 sweep["x"] = np.where(shaped, pd.to_numeric(sweep["rate_mbit"], errors="coerce"), unshaped_x)
 markers = {"2x2": "o", "4x1": "s"}
+baseline_speed = {(r.layout, str(r.rate_mbit)): r.samples_per_s
+                  for r in sweep[sweep["scheme"] == style.BASELINE].itertuples()}
+
+
+def gain_spread(rows: pd.DataFrame) -> np.ndarray | None:
+    """Bars from the slowest to the fastest of a point's runs (bench/emulated_sweep.py
+    --repeats), as gains over the baseline's median run; None for single runs."""
+    if "samples_per_s_min" not in rows or rows["samples_per_s_min"].isna().all():
+        return None
+    base = rows.apply(lambda r: baseline_speed[(r["layout"], str(r["rate_mbit"]))], axis=1)
+    mid = rows["samples_per_s"]
+    return np.vstack([(mid - rows["samples_per_s_min"]) / base,
+                      (rows["samples_per_s_max"] - mid) / base]).clip(min=0) * 100
+
+
 fig, axes = plt.subplots(1, 2, sharey=True)
 for scheme in style.order(sweep["scheme"]):
     if scheme == style.BASELINE:
@@ -50,6 +65,10 @@ for scheme in style.order(sweep["scheme"]):
         kw = {"color": style.color(scheme), "marker": markers.get(layout, "^"), "ls": "none"}
         axes[0].plot(rows["x"], rows["gain_samples"] * 100, **kw,
                      label=f"{style.label(scheme)} {layout} (measured)")
+        spread = gain_spread(rows)
+        if spread is not None:
+            axes[0].errorbar(rows["x"], rows["gain_samples"] * 100, yerr=np.nan_to_num(spread),
+                             fmt="none", ecolor=style.color(scheme), lw=0.8)
         if model is not None:
             share = rows.apply(lambda r: model_share.get((r["layout"], str(r["rate_mbit"]))),
                                axis=1)

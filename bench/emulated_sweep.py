@@ -1,9 +1,11 @@
 """The four schemes on emulated nodes, side by side at each inter-node rate: samples/s and
 TFLOPS/GPU per scheme, gain over baseline, the measured communication share of a step and
-what the uplinks carried; every point is one run of experiment emulated_sweep.
+what the uplinks carried; every point is the median run of --repeats runs (default 1) of
+experiment emulated_sweep, the spread of samples/s over them kept beside it.
 
 Needs root + iproute2; run it alone (it is heavy, about 15 minutes with the defaults):
     .venv/bin/python bench/emulated_sweep.py --rates none 1000 200 40 10
+    .venv/bin/python bench/emulated_sweep.py --repeats 3 --rates none 300 200 80 40
     .venv/bin/python bench/emulated_sweep.py --layout 4x1 --rates none 40
     .venv/bin/python bench/emulated_sweep.py --layout 4x1-owner --rates 200 40
 Appends to results/tables/emulated_sweep.sweep.csv (a row per layout, rate and scheme; a
@@ -25,6 +27,8 @@ import csv
 import json
 import subprocess
 import sys
+from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 from neoxlab.perfmodel.stretch import Sampler, during_steps, steady_window
@@ -99,6 +103,39 @@ def measure(run_dir: Path) -> dict:
     }
 
 
+@dataclass(frozen=True)
+class Run:
+    run_dir: Path
+    metrics: dict  # measure()
+    load: dict  # other jobs' load during it (run())
+
+
+def median_run(runs: list[Run]) -> Run:
+    """The run of median samples/s (the lower middle of an even count): one real run stands
+    for the point, so its loads, codec times and bytes stay those of a single run."""
+    return sorted(runs, key=lambda r: r.metrics["samples_per_s"])[(len(runs) - 1) // 2]
+
+
+def point_rows(layout: str, rate: str, schemes: list[str],
+               runs: dict[tuple[str, str], list[Run]]) -> list[dict]:
+    """A rate's table rows, gains over the first scheme's (the baseline's) median run, with
+    the spread of samples/s over the point's runs."""
+    base = median_run(runs[rate, schemes[0]])
+    rows = []
+    for scheme in schemes:
+        mid = median_run(runs[rate, scheme])
+        speeds = [r.metrics["samples_per_s"] for r in runs[rate, scheme]]
+        rows.append({"layout": layout, "rate_mbit": rate, "scheme": scheme, **mid.metrics,
+                     "gain_samples": mid.metrics["samples_per_s"]
+                     / base.metrics["samples_per_s"] - 1,
+                     "gain_tflops": mid.metrics["tflops_per_gpu"]
+                     / base.metrics["tflops_per_gpu"] - 1,
+                     "baseline_comm_share": base.metrics["comm_share"], **mid.load,
+                     "runs": len(speeds), "samples_per_s_min": min(speeds),
+                     "samples_per_s_max": max(speeds), "run_dir": str(mid.run_dir)})
+    return rows
+
+
 def write(rows: list[dict], path: Path) -> None:
     """Merge into the table: a point measured again replaces its earlier row."""
     old = []
@@ -122,30 +159,32 @@ def main() -> int:
     parser.add_argument("--layout", choices=sorted(LAYOUTS), default="2x2")
     parser.add_argument("--schemes", nargs="+", default=list(SCHEMES))
     parser.add_argument("--steps", type=int, default=5, help="2 warm-up steps + the median's")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="runs per point, interleaved (every rate and scheme once, then "
+                        "again); a point is its median run")
     parser.add_argument("--model", default="neox_small")
     parser.add_argument("--results", type=Path, default=REPO / "results")
     args = parser.parse_args()
     args.results = args.results.resolve()
-    rows: list[dict] = []
-    for rate in args.rates:
-        base = None
-        for scheme in args.schemes:
-            run_dir, load = run(scheme, rate, args.layout, args)
-            m = measure(run_dir)
-            base = base or m
-            rows.append({"layout": args.layout, "rate_mbit": rate, "scheme": scheme, **m,
-                         "gain_samples": m["samples_per_s"] / base["samples_per_s"] - 1,
-                         "gain_tflops": m["tflops_per_gpu"] / base["tflops_per_gpu"] - 1,
-                         "baseline_comm_share": base["comm_share"], **load,
-                         "run_dir": str(run_dir)})
-            print(f"{args.layout} {rate:>5} {scheme:<9} {m['samples_per_s']:7.3f} samples/s "
-                  f"gain {rows[-1]['gain_samples']:+7.1%}  comm {m['comm_share']:4.0%}  "
-                  f"codec {m['codec_share']:4.0%}  uplinks {m['uplink_MB_per_step']:6.2f} "
-                  f"MB/step  external {load['external'] or 0:.1f} (whole steps "
-                  f"{load['external_whole_steps'] or 0:.1f}, others' CPU "
-                  f"{load['others_cores'] or 0:.2f} cores)  loss {m['final_loss']:.4f}",
-                  flush=True)
+    runs: dict[tuple[str, str], list[Run]] = defaultdict(list)
+    for repeat in range(1, args.repeats + 1):
+        for rate in args.rates:
+            for scheme in args.schemes:
+                run_dir, load = run(scheme, rate, args.layout, args)
+                runs[rate, scheme].append(Run(run_dir, measure(run_dir), load))
+                m = runs[rate, scheme][-1].metrics
+                print(f"{args.layout} {rate:>5} {scheme:<9} run {repeat}/{args.repeats} "
+                      f"{m['samples_per_s']:7.3f} samples/s  comm {m['comm_share']:4.0%}  "
+                      f"codec {m['codec_share']:4.0%}  uplinks {m['uplink_MB_per_step']:6.2f} "
+                      f"MB/step  external {load['external'] or 0:.1f} (whole steps "
+                      f"{load['external_whole_steps'] or 0:.1f}, others' CPU "
+                      f"{load['others_cores'] or 0:.2f} cores)  loss {m['final_loss']:.4f}",
+                      flush=True)
+            rows = point_rows(args.layout, rate, args.schemes, runs)
             write(rows, args.results / TABLE)
+            print("  ".join(f"{r['scheme']} {r['gain_samples']:+.1%}" for r in rows[1:])
+                  + f"  (gains of the median runs, {len(runs[rate, args.schemes[0]])} per "
+                  "point)", flush=True)
     print(f"table: {args.results / TABLE}")
     return 0
 
