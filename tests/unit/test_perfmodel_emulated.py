@@ -163,3 +163,15 @@ def test_codecs_scaled_to_the_fit_rate_runs_slow_every_codec_by_the_time_weighte
     one, two = (em.predict_point(cfg, base, links, c, None) for c in (codecs, slower))
     assert two.codec_path_s == pytest.approx(2 * one.codec_path_s, rel=0.05)
     assert two.step_s > one.step_s
+
+
+def test_reduces_to_owners_across_nodes_carry_the_note_that_their_price_is_a_lower_bound():
+    from neoxlab.perfmodel.predict import OWNERS_NOTE
+
+    four = ["cluster.nodes=4", "cluster.ranks_per_node=1", "parallel.tp=1"]
+    links = em.UplinkModel.from_fits(FITS | {("none", 1, 4): FITS[("none", 1, 2)]})
+    owners, whole = (em.predict_point(em.sweep_config("naive", "40", four + extra,
+                                                      "neox_small"), local(), links, None, None)
+                     for extra in (["zero.reduce_to_owner=true"], []))
+    assert OWNERS_NOTE in owners.notes
+    assert OWNERS_NOTE not in whole.notes
