@@ -38,12 +38,11 @@ from neoxlab.perfmodel.resolve import resolve_profile
 from neoxlab.perfmodel.topology import crosses_nodes
 
 COMPONENTS = ("compute", "overhead", "tp", "pp", "bubble", "dp", "zero", "codec")
-# wire bits per value of the fixed-size codecs (zfp: its rate parameter)
-# reduce_to_owners is priced with every link busy at once; the runs do not get there
 OWNERS_NOTE = ("dp: reduces to owners across nodes are priced with every link busy at once, a "
                "lower bound: on emulated nodes (gloo, 4 x 1 rank) they spent 1.6x that on the "
                "wire uncompressed and 3x compressed, whose reduces run one owner after another "
                "(README, Bandwidth sweep)")
+# wire bits per value of the fixed-size codecs (zfp: its rate parameter)
 FIXED_BITS = {"fp16": 16, "bf16": 16, "int8": 8, "int4": 4}
 
 
