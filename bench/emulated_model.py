@@ -221,7 +221,8 @@ def main() -> int:
         doc["codec_scale"] = scale
         out.write_text(json.dumps(doc, indent=2))
     codecs = em.scaled_codecs(codecs, scale)
-    model_rows = predict_rows(measured, base, links, codecs, args)
+    model_rows = predict_rows(measured, base, links, codecs, args) if scale != 1.0 \
+        else one_thread
     tables = results / "tables"
     write_csv(model_rows, tables / "emulated_sweep.model.csv")
     print(f"\n{'layout':<6}{'rate':>6} {'scheme':<9}{'meas':>8}{'pred':>8}{'err':>8}"

@@ -74,7 +74,6 @@ def model():
     shutdown()
 
 
-
 def test_fused_serving_on_the_kernel_gives_sdpas_tokens(built, model):
     spec = WorkloadSpec(6, "poisson", 0.001, (3, 9), (4, 12), 200, 5)
     tokens = {}

@@ -28,6 +28,11 @@ FITS = {("none", 1, 2): LinkProfile(latency_us=300.0, bandwidth_gbs=1.0),
         ("10", 2, 2): LinkProfile(latency_us=4000.0, bandwidth_gbs=0.000625)}
 
 
+def four_node_links() -> em.UplinkModel:
+    """FITS, with the bare link's 4-node fit the 4x1 layout needs (as the 2-node one)."""
+    return em.UplinkModel.from_fits(FITS | {("none", 1, 4): FITS[("none", 1, 2)]})
+
+
 def test_uplink_model_scales_the_nominal_rate_by_the_fitted_efficiency():
     links = em.UplinkModel.from_fits(FITS)
     assert links.efficiency == pytest.approx({1: 0.925, 2: 1.0})
@@ -158,7 +163,7 @@ def test_codecs_scaled_to_the_fit_rate_runs_slow_every_codec_by_the_time_weighte
         assert slower[name].ratio == c.ratio
     cfg = em.sweep_config("naive", "40", ["cluster.nodes=4", "cluster.ranks_per_node=1",
                                           "parallel.tp=1"], "neox_small")
-    links = em.UplinkModel.from_fits(FITS | {("none", 1, 4): FITS[("none", 1, 2)]})
+    links = four_node_links()
     base = local()
     one, two = (em.predict_point(cfg, base, links, c, None) for c in (codecs, slower))
     assert two.codec_path_s == pytest.approx(2 * one.codec_path_s, rel=0.05)
@@ -169,7 +174,7 @@ def test_reduces_to_owners_across_nodes_carry_the_note_that_their_price_is_a_low
     from neoxlab.perfmodel.predict import OWNERS_NOTE
 
     four = ["cluster.nodes=4", "cluster.ranks_per_node=1", "parallel.tp=1"]
-    links = em.UplinkModel.from_fits(FITS | {("none", 1, 4): FITS[("none", 1, 2)]})
+    links = four_node_links()
     owners, whole = (em.predict_point(em.sweep_config("naive", "40", four + extra,
                                                       "neox_small"), local(), links, None, None)
                      for extra in (["zero.reduce_to_owner=true"], []))

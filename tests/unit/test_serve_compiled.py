@@ -30,7 +30,6 @@ def model():
     shutdown()
 
 
-
 def test_a_padded_step_equals_the_eager_step_and_leaves_other_slots_alone(model):
     g = torch.Generator().manual_seed(0)
     cache = model.new_cache(6, MAX_SEQ)
