@@ -29,13 +29,14 @@ FITS = {("none", 1, 2): LinkProfile(latency_us=300.0, bandwidth_gbs=1.0),
 
 
 def four_node_links() -> em.UplinkModel:
-    """FITS, with the bare link's 4-node fit the 4x1 layout needs (as the 2-node one)."""
-    return em.UplinkModel.from_fits(FITS | {("none", 1, 4): FITS[("none", 1, 2)]})
+    """FITS, with the 4-node fits the 4x1 layout needs (as the 2-node ones)."""
+    return em.UplinkModel.from_fits(FITS | {(r, 1, 4): FITS[(r, 1, 2)]
+                                            for r in ("none", "200", "10")})
 
 
 def test_uplink_model_scales_the_nominal_rate_by_the_fitted_efficiency():
     links = em.UplinkModel.from_fits(FITS)
-    assert links.efficiency == pytest.approx({1: 0.925, 2: 1.0})
+    assert links.efficiency == pytest.approx({(1, 2): 0.925, (2, 2): 1.0})
     assert links.latency_us == pytest.approx(3000.0)
     assert links.uplink(40.0).bandwidth_gbs == pytest.approx(0.925 * 40 / 8e3)
     # 2 ranks of a node send at once: each gets half of what 2 flows carry together
@@ -48,6 +49,9 @@ def test_uplink_model_scales_the_nominal_rate_by_the_fitted_efficiency():
     assert links.uplink(None, 2).bandwidth_gbs == pytest.approx(0.5)
     with pytest.raises(ValueError, match="4 nodes x 1 flow"):  # no bare fit on 4 nodes
         links.uplink(40.0, 1, nodes=4)
+    bare_only = em.UplinkModel.from_fits(FITS | {("none", 1, 4): FITS[("none", 1, 2)]})
+    with pytest.raises(ValueError, match="no shaped uplink fit with 4 nodes x 1 flow"):
+        bare_only.uplink(40.0, 1, nodes=4)
     with pytest.raises(ValueError, match="unshaped"):
         em.UplinkModel.from_fits({("200", 1, 2): FITS[("200", 1, 2)]})
 
@@ -57,7 +61,8 @@ def test_flows_on_the_bare_link_carry_what_their_own_fit_says():
     may carry more together than one; their fit says how much."""
     links = em.UplinkModel.from_fits(
         {**FITS, ("none", 2, 2): LinkProfile(latency_us=300.0, bandwidth_gbs=0.7),
-         ("none", 1, 4): LinkProfile(latency_us=300.0, bandwidth_gbs=0.8)})
+         ("none", 1, 4): LinkProfile(latency_us=300.0, bandwidth_gbs=0.8),
+         ("200", 1, 4): FITS[("200", 1, 2)]})
     assert links.unshaped_total == pytest.approx({(1, 2): 1.0, (2, 2): 1.4, (1, 4): 0.8})
     assert links.uplink(None, 2).bandwidth_gbs == pytest.approx(0.7)  # not 1.0 / 2
     assert links.uplink(None).bandwidth_gbs == pytest.approx(1.0)
@@ -66,6 +71,49 @@ def test_flows_on_the_bare_link_carry_what_their_own_fit_says():
     # 4 nodes sending at once: the cores carry less per uplink, also where the rate is high
     assert links.uplink(None, 1, nodes=4).bandwidth_gbs == pytest.approx(0.8)
     assert links.uplink(1e6, 1, nodes=4).bandwidth_gbs == pytest.approx(0.8)
+
+
+def test_a_shaped_uplink_carries_what_its_fit_with_as_many_nodes_sending_says():
+    """The shaped links' packets go through the same cores as the bare ones: with 4 nodes
+    sending, the token bucket's rate is reached less well than with 2."""
+    four = {("none", 1, 4): LinkProfile(latency_us=300.0, bandwidth_gbs=0.8),
+            ("200", 1, 4): LinkProfile(latency_us=2000.0, bandwidth_gbs=0.0175),  # 0.7
+            ("10", 1, 4): LinkProfile(latency_us=4000.0, bandwidth_gbs=0.000875)}  # 0.7
+    links = em.UplinkModel.from_fits(FITS | four)
+    assert links.efficiency[(1, 4)] == pytest.approx(0.7)
+    assert links.uplink(40.0, 1, nodes=4).bandwidth_gbs == pytest.approx(0.7 * 40 / 8e3)
+    assert links.uplink(40.0, 1, nodes=2).bandwidth_gbs == pytest.approx(0.925 * 40 / 8e3)
+    assert links.latency_us == pytest.approx(3000.0)  # alpha: the 2-node one-flow fits
+
+
+def test_near_the_bare_cap_the_shaped_rate_and_the_cores_bind_together():
+    """4 nodes reach 0.8 of R/8 at 10 Mbit/s but less at 200, where 0.8 x R/8 is nearly
+    what their bare link carries: the fitted soft minimum gives both, and a shaping above
+    the knee still costs a little."""
+    cap, p, share = 0.0215, 6.0, 0.8
+    four = {("none", 1, 4): LinkProfile(latency_us=300.0, bandwidth_gbs=cap)}
+    four |= {(r, 1, 4): LinkProfile(latency_us=0.0, bandwidth_gbs=em.soft_min(
+        share * float(r) / 8e3, cap, p)) for r in ("200", "10")}
+    links = em.UplinkModel.from_fits(FITS | four)
+    assert links.sharpness == p
+    assert links.efficiency[(1, 4)] == pytest.approx(share)
+    assert links.efficiency[(1, 2)] == pytest.approx(0.925, rel=1e-3)  # far below its cap
+    at_200 = links.uplink(200.0, 1, nodes=4).bandwidth_gbs
+    assert at_200 == pytest.approx(four[("200", 1, 4)].bandwidth_gbs)
+    assert at_200 < 0.95 * min(share * 200 / 8e3, cap)  # the plain minimum: too fast here
+    assert links.uplink(300.0, 1, nodes=4).bandwidth_gbs < cap
+    # fits that fall on the plain minimum keep it
+    hard = {(r, 1, 4): LinkProfile(latency_us=0.0, bandwidth_gbs=min(share * float(r) / 8e3,
+                                                                       cap))
+            for r in ("200", "10")}
+    assert em.UplinkModel.from_fits(FITS | four | hard).sharpness == math.inf
+
+
+def test_a_point_fitted_from_repeated_omb_runs_takes_their_median_alpha_and_bandwidth():
+    fits = [LinkProfile(latency_us=a, bandwidth_gbs=b)
+            for a, b in ((1800.0, 0.021), (500.0, 0.025), (2700.0, 0.019))]
+    assert em.median_fit(fits) == LinkProfile(latency_us=1800.0, bandwidth_gbs=0.021)
+    assert em.median_fit(fits[:1]) == fits[0]
 
 
 def test_a_codec_is_slowed_by_its_own_group_and_by_other_groups_off_an_idle_wire():
@@ -139,6 +187,29 @@ def test_emulated_nodes_share_the_machine_cores():
 
     cfg = em.sweep_config("none", "none", [], "neox_small")
     assert slowdowns(cfg, resolve_layout(cfg), local(), None) == (2.0, 2.0)
+
+
+def test_the_bare_link_stands_on_the_rate_axis_where_a_shaped_uplink_carries_as_much():
+    links = four_node_links()
+    rate = links.bare_rate_mbit(1, 2)
+    assert rate == pytest.approx(1.0 / 0.925 * 8e3)
+    assert links.uplink(rate).bandwidth_gbs == pytest.approx(links.uplink(None).bandwidth_gbs)
+    assert links.uplink(rate / 2).bandwidth_gbs == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="3 nodes x 1 flow"):
+        links.bare_rate_mbit(1, 3)
+
+
+def test_measured_gains_sit_at_the_rate_their_uplink_behaves_as():
+    rows = [{"rate_mbit": r, "gain_samples": g}
+            for r, g in (("none", -0.08), ("300", 0.14), ("40", 0.9))]
+    # the bare link at 350 Mbit/s: 2x2 zhybrid crosses between it and 300
+    rates, gains = em.rated_gains(rows, bare_rate=350.0)
+    assert rates == [40.0, 300.0, 350.0] and gains == [0.9, 0.14, -0.08]
+    assert 300 < em.crossover(rates, gains) < 350
+    # the bare link at 250: 300 Mbit/s does not bind, both measured the same link
+    rates, gains = em.rated_gains(rows, bare_rate=250.0)
+    assert rates == [40.0, 250.0] and gains == pytest.approx([0.9, 0.03])
+    assert em.crossover(rates, gains) is None  # pays everywhere
 
 
 def test_crossover_interpolates_on_log_rate():

@@ -5,25 +5,32 @@ local profile.
 An uplink shaped to R Mbit/s carries at most R/8 MB/s per direction; TCP/IP headers and the
 token bucket take a share of it, and how large a share depends on how many TCP flows cross
 it at once (one flow backs off and leaves the bucket idle; two fill each other's gaps). So
-the link model is, per node and direction, with f flows through the uplink at once,
+the link model is, per node and direction, with f flows through the uplink at once while n
+nodes send,
 
-    B(R, f) = min(B_unshaped(f), efficiency[f] x R / 8)
+    B(R, f, n) = softmin_p(efficiency[f, n] x R / 8, B_unshaped(f, n))
+    softmin_p(x, c) = (x^-p + c^-p)^(-1/p)
     alpha(R) = the median alpha of the one-flow shaped fits (tbf adds queueing, not a delay)
 
-with efficiency[f] the median of f x B_fit / (R / 8) over the shaped fit rates, B_fit the
-bandwidth of one of f groups that ran the sweeps at once (experiment emulated_omb with
-microbench.groups = f, one rank of each group per node), and B_unshaped(f) what f such
-groups carried together through an uplink of the bare link, fitted with as many nodes
-sending at once as the layout has. The bare link is bound by the cores that process its
-packets, not by a rate: with 2 nodes, 2 flows carried 1.5x what one did (41 against 27
-MB/s); with 4 nodes one flow each got 0.88x (24 MB/s). A node's ranks reduce at once (one
-in each DP group), so with k ranks per node each gets B(R, k) / k (the model's per-rank
-convention, as configs/cluster/lassen.yaml's inter link). Inside a node the ranks talk over
-the same kind of bare veths while the other nodes' ranks send too, so the intra-node link is
-the bare fit with the layout's flows and nodes at once; that fit already ran with all the
-ranks on the cores, so its time is not slowed again by their sharing. Compute and framework
-overheads come from the local profile (this machine's cores: the same ones the emulated nodes
-run on); the codecs are timed on one thread (bench/emulated_model.py --measure).
+with B_unshaped(f, n) what f groups that ran the sweeps at once on n nodes (experiment
+emulated_omb with microbench.groups = f, one rank of each group per node) carried together
+through an uplink of the bare link, and efficiency[f, n] the median over the shaped fit
+rates of what makes the formula give their B_fit (the bandwidth of one of f groups, times
+f). Near the bare link's cap the token bucket and the cores that process its packets bind
+together, not one after the other: 4 nodes got 0.80 of R/8 at 10 Mbit/s but 0.72 at 200,
+where R/8 x 0.80 is nearly what their bare link carries. One sharpness p serves every link:
+the one (of 2-64, or infinity: the plain minimum) that makes the efficiency of each (f, n)
+the same at every fit rate. Everything is fitted with as many nodes sending at once as the
+layout has. The bare link is bound by the cores that process its packets, not by a rate:
+with 2 nodes, 2 flows carried 1.3x what one did (37.5 against 28.3 MB/s, medians of 5 runs);
+with 4 nodes one flow each got 0.74x (21.0 MB/s). A node's ranks reduce at once (one in each
+DP group), so with k ranks per node each gets B(R, k, n) / k (the model's per-rank convention, as
+configs/cluster/lassen.yaml's inter link). Inside a node the ranks talk over the same kind
+of bare veths while the other nodes' ranks send too, so the intra-node link is the bare fit
+with the layout's flows and nodes at once; that fit already ran with all the ranks on the
+cores, so its time is not slowed again by their sharing. Compute and framework overheads
+come from the local profile (this machine's cores: the same ones the emulated nodes run
+on); the codecs are timed on one thread (bench/emulated_model.py --measure).
 """
 
 from __future__ import annotations
@@ -64,6 +71,53 @@ def fit_rate(rows: list[dict], nodes: int = 2) -> LinkProfile:
                            for b in BANDWIDTH_BENCHMARKS])
 
 
+def median_fit(fits: list[LinkProfile]) -> LinkProfile:
+    """One link from the fits of repeated omb runs of a point: their median alpha and median
+    bandwidth (one run's fit of the bare link moves by +-15 %, a shaped one's by +-5 %)."""
+    return LinkProfile(latency_us=statistics.median(f.latency_us for f in fits),
+                       bandwidth_gbs=statistics.median(f.bandwidth_gbs for f in fits))
+
+
+SHARPNESS = (2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 32.0, 64.0, math.inf)  # p tried, soft to hard
+
+
+def soft_min(x: float, cap: float, p: float) -> float:
+    """(x^-p + cap^-p)^(-1/p): near x where x << cap, near cap where cap << x, below both
+    where they are close; p = infinity is the plain minimum."""
+    return min(x, cap) if math.isinf(p) else (x ** -p + cap ** -p) ** (-1 / p)
+
+
+def efficiency(total_gbs: float, rate_mbit: float, cap_gbs: float, p: float) -> float:
+    """The share of R/8 with which soft_min(share x R/8, cap) is the measured total
+    (infinite where the total is not below the cap, which no share reaches)."""
+    nominal = rate_mbit / 8e3
+    if math.isinf(p):
+        return total_gbs / nominal
+    if total_gbs >= cap_gbs:
+        return math.inf
+    return (total_gbs ** -p - cap_gbs ** -p) ** (-1 / p) / nominal
+
+
+def fit_sharpness(points: dict[tuple[int, int], list[tuple[float, float]]],
+                  caps: dict[tuple[int, int], float]) -> float:
+    """The p of SHARPNESS under which each link's efficiency varies least over its fit
+    rates (the sum of squared deviations of log efficiency from each link's mean): the
+    hardest p within 5 % of the least spread, so that a softer one must earn its place."""
+    def spread(p: float) -> float:
+        total = 0.0
+        for key, pts in points.items():
+            effs = [efficiency(t, r, caps[key], p) for r, t in pts]
+            if any(math.isinf(e) for e in effs):  # a fit at or above the cap: not this p
+                return math.inf
+            logs = [math.log(e) for e in effs]
+            mean = sum(logs) / len(logs)
+            total += sum((x - mean) ** 2 for x in logs)
+        return total
+    spreads = {p: spread(p) for p in SHARPNESS}
+    least = min(spreads.values())
+    return max(p for p, v in spreads.items() if v <= least * 1.05)
+
+
 # (rate in Mbit/s or "none", flows through each uplink at once, nodes sending at once)
 FitKey = tuple[str, int, int]
 
@@ -71,25 +125,35 @@ FitKey = tuple[str, int, int]
 @dataclass(frozen=True)
 class UplinkModel:
     unshaped: LinkProfile  # the bare veth path, one flow between 2 nodes
-    efficiency: dict[int, float]  # flows at once -> their total bytes/s over the nominal R/8
+    efficiency: dict[tuple[int, int], float]  # (flows, nodes) -> their bytes/s over R/8
     unshaped_total: dict[tuple[int, int], float]  # (flows, nodes) -> GB/s of an uplink, bare
     latency_us: float  # alpha of the one-flow shaped fits
     fits: dict[FitKey, LinkProfile]  # each fit of its own
+    sharpness: float = math.inf  # p of the soft minimum of the shaped rate and the bare cap
 
     @classmethod
     def from_fits(cls, fits: dict[FitKey, LinkProfile]) -> UplinkModel:
-        shaped = {(float(r), f): fit for (r, f, _), fit in fits.items() if r != UNSHAPED}
-        if (UNSHAPED, 1, 2) not in fits or not any(f == 1 for _, f in shaped):
+        shaped = {(float(r), f, n): fit for (r, f, n), fit in fits.items() if r != UNSHAPED}
+        if (UNSHAPED, 1, 2) not in fits or not any((f, n) == (1, 2) for _, f, n in shaped):
             raise ValueError("fit the unshaped link (2 nodes, one flow) and at least one shaped "
-                             f"rate with one flow (fitted: {sorted(fits)}); add them to "
-                             "--fit-rates")
-        eff = {flows: statistics.median(flows * fit.bandwidth_gbs / (r / 8e3)
-                                        for (r, f), fit in shaped.items() if f == flows)
-               for flows in sorted({f for _, f in shaped})}
-        alpha = statistics.median(fit.latency_us for (_, f), fit in shaped.items() if f == 1)
+                             f"rate with one flow on 2 nodes (fitted: {sorted(fits)}); add them "
+                             "to --fit-rates")
         bare = {(f, n): f * fit.bandwidth_gbs for (r, f, n), fit in fits.items()
                 if r == UNSHAPED}
-        return cls(fits[(UNSHAPED, 1, 2)], eff, bare, alpha, fits)
+        unpaired = sorted({(f, n) for _, f, n in shaped} - set(bare))
+        if unpaired:
+            raise ValueError(f"shaped fits with (flows, nodes) {unpaired} have no fit of the "
+                             "bare link with as many: add 'none' to --fit-rates")
+        # (flows, nodes) -> [(rate, their total bytes/s)] of the shaped fits
+        points: dict[tuple[int, int], list[tuple[float, float]]] = {}
+        for (r, f, n), fit in sorted(shaped.items()):
+            points.setdefault((f, n), []).append((r, f * fit.bandwidth_gbs))
+        p = fit_sharpness(points, bare)
+        eff = {key: statistics.median(efficiency(total, r, bare[key], p) for r, total in pts)
+               for key, pts in points.items()}
+        alpha = statistics.median(fit.latency_us for (_, f, n), fit in shaped.items()
+                                  if (f, n) == (1, 2))
+        return cls(fits[(UNSHAPED, 1, 2)], eff, bare, alpha, fits, p)
 
     def uplink(self, rate_mbit: float | None, flows: int = 1, nodes: int = 2) -> LinkProfile:
         """One of `flows` ranks sending through the node's uplink at once, at a rate (None:
@@ -103,21 +167,31 @@ class UplinkModel:
         if rate_mbit is None:
             return dataclasses.replace(self.unshaped, bandwidth_gbs=bare / flows,
                                        busy_fraction=1.0)
-        if flows not in self.efficiency:
+        if (flows, nodes) not in self.efficiency:
             raise ValueError(
-                f"no uplink fit with {flows} flows at once (fitted: {sorted(self.efficiency)})"
-                f"; run bench/emulated_model.py --measure --fit-flows {flows}")
-        bw = min(bare, self.efficiency[flows] * rate_mbit / 8e3)
+                f"no shaped uplink fit with {nodes} nodes x {flows} flow(s) at once (fitted "
+                f"(flows, nodes): {sorted(self.efficiency)}); run bench/emulated_model.py "
+                f"--measure with --fit-flows {flows} and --fit-nodes {nodes}")
+        bw = soft_min(self.efficiency[(flows, nodes)] * rate_mbit / 8e3, bare, self.sharpness)
         return LinkProfile(latency_us=max(self.latency_us, self.unshaped.latency_us),
                            bandwidth_gbs=bw / flows, p2p_latency_us=self.unshaped.p2p_latency_us,
                            busy_fraction=bw / bare)
 
+    def bare_rate_mbit(self, flows: int = 1, nodes: int = 2) -> float:
+        """The rate (Mbit/s) at which the shaped uplink's nominal share, efficiency x R / 8,
+        is what the bare link carries: the knee above which a shaping hardly binds, and where
+        the bare link stands on a rate axis."""
+        self.uplink(1.0, flows, nodes)  # a missing fit raises the error that names the fix
+        return self.unshaped_total[(flows, nodes)] / self.efficiency[(flows, nodes)] * 8e3
+
     def as_dict(self) -> dict:
         return {"unshaped": dataclasses.asdict(self.unshaped),
-                "efficiency_by_flows": self.efficiency,
+                "efficiency": {f"{n} nodes x {f} flow(s)": e
+                               for (f, n), e in self.efficiency.items()},
                 "unshaped_total_gbs": {f"{n} nodes x {f} flow(s)": b
                                        for (f, n), b in self.unshaped_total.items()},
                 "latency_us": self.latency_us,
+                "sharpness": str(self.sharpness),
                 "fits": {f"{r} Mbit/s, {f} flow(s), {n} nodes": dataclasses.asdict(fit)
                          for (r, f, n), fit in self.fits.items()}}
 
@@ -168,6 +242,20 @@ def crossover(rates: list[float], gains: list[float]) -> float | None:
             t = g_hi / (g_hi - g_lo)
             return math.exp(math.log(r_hi) + t * (math.log(r_lo) - math.log(r_hi)))
     return None
+
+
+def rated_gains(rows: list[dict], bare_rate: float) -> tuple[list[float], list[float]]:
+    """A scheme's measured gains (sweep rows: rate_mbit, gain_samples) on the axis of the
+    rate its uplink behaves as: the bare link at `bare_rate` (UplinkModel.bare_rate_mbit), a
+    shaped rate above it there too, as the shaping does not bind; the gains of one rate are
+    averaged (they measured the same link). So a crossover between the fastest shaped rate
+    and the bare link is found, as the model's curve finds it."""
+    by_rate: dict[float, list[float]] = {}
+    for r in rows:
+        rate = bare_rate if r["rate_mbit"] == UNSHAPED else min(float(r["rate_mbit"]), bare_rate)
+        by_rate.setdefault(rate, []).append(float(r["gain_samples"]))
+    rates = sorted(by_rate)
+    return rates, [statistics.mean(by_rate[r]) for r in rates]
 
 
 def codec_scale(measured_s: list[float], predicted_s: list[float]) -> float:
