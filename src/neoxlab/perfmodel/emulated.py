@@ -17,14 +17,16 @@ emulated_omb with microbench.groups = f, one rank of each group per node) carrie
 through an uplink of the bare link, and efficiency[f, n] the median over the shaped fit
 rates of what makes the formula give their B_fit (the bandwidth of one of f groups, times
 f). Near the bare link's cap the token bucket and the cores that process its packets bind
-together, not one after the other: 4 nodes got 0.80 of R/8 at 10 Mbit/s but 0.72 at 200,
-where R/8 x 0.80 is nearly what their bare link carries. One sharpness p serves every link:
-the one (of 2-64, or infinity: the plain minimum) that makes the efficiency of each (f, n)
-the same at every fit rate. Everything is fitted with as many nodes sending at once as the
-layout has. The bare link is bound by the cores that process its packets, not by a rate:
-with 2 nodes, 2 flows carried 1.3x what one did (37.5 against 28.3 MB/s, medians of 5 runs);
-with 4 nodes one flow each got 0.74x (21.0 MB/s). A node's ranks reduce at once (one in each
-DP group), so with k ranks per node each gets B(R, k, n) / k (the model's per-rank convention, as
+together, not one after the other: 4 nodes got 0.80-0.86 of R/8 at 10 Mbit/s but 0.72 at
+200, where R/8 x 0.80 is nearly what their bare link carries. One sharpness p serves every
+link: the one (of 2-64, or infinity: the plain minimum) that makes the efficiency of each
+(f, n) the same at every fit rate.
+
+Everything is fitted with as many nodes sending at once as the layout has. The bare link is
+bound by the cores that process its packets, not by a rate: with 2 nodes, 2 flows carried
+1.3x what one did (37.5 against 28.3 MB/s, medians of 5 runs); with 4 nodes one flow each
+got 0.74x (21.0 MB/s). A node's ranks reduce at once (one in each DP group), so with k
+ranks per node each gets B(R, k, n) / k (the model's per-rank convention, as
 configs/cluster/lassen.yaml's inter link). Inside a node the ranks talk over the same kind
 of bare veths while the other nodes' ranks send too, so the intra-node link is the bare fit
 with the layout's flows and nodes at once; that fit already ran with all the ranks on the
