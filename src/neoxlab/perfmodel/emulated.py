@@ -160,21 +160,12 @@ class UplinkModel:
     def uplink(self, rate_mbit: float | None, flows: int = 1, nodes: int = 2) -> LinkProfile:
         """One of `flows` ranks sending through the node's uplink at once, at a rate (None:
         unshaped), per direction, while `nodes` nodes send."""
-        bare = self.unshaped_total.get((flows, nodes))
-        if bare is None:
-            raise ValueError(
-                f"no fit of the bare link with {nodes} nodes x {flows} flow(s) at once (fitted: "
-                f"{sorted(self.unshaped_total)}); run bench/emulated_model.py --measure with "
-                f"--fit-flows {flows} and --fit-nodes {nodes}")
+        bare = self._fitted(self.unshaped_total, "fit of the bare link", flows, nodes)
         if rate_mbit is None:
             return dataclasses.replace(self.unshaped, bandwidth_gbs=bare / flows,
                                        busy_fraction=1.0)
-        if (flows, nodes) not in self.efficiency:
-            raise ValueError(
-                f"no shaped uplink fit with {nodes} nodes x {flows} flow(s) at once (fitted "
-                f"(flows, nodes): {sorted(self.efficiency)}); run bench/emulated_model.py "
-                f"--measure with --fit-flows {flows} and --fit-nodes {nodes}")
-        bw = soft_min(self.efficiency[(flows, nodes)] * rate_mbit / 8e3, bare, self.sharpness)
+        eff = self._fitted(self.efficiency, "shaped uplink fit", flows, nodes)
+        bw = soft_min(eff * rate_mbit / 8e3, bare, self.sharpness)
         return LinkProfile(latency_us=max(self.latency_us, self.unshaped.latency_us),
                            bandwidth_gbs=bw / flows, p2p_latency_us=self.unshaped.p2p_latency_us,
                            busy_fraction=bw / bare)
@@ -183,8 +174,19 @@ class UplinkModel:
         """The rate (Mbit/s) at which the shaped uplink's nominal share, efficiency x R / 8,
         is what the bare link carries: the knee above which a shaping hardly binds, and where
         the bare link stands on a rate axis."""
-        self.uplink(1.0, flows, nodes)  # a missing fit raises the error that names the fix
-        return self.unshaped_total[(flows, nodes)] / self.efficiency[(flows, nodes)] * 8e3
+        bare = self._fitted(self.unshaped_total, "fit of the bare link", flows, nodes)
+        return bare / self._fitted(self.efficiency, "shaped uplink fit", flows, nodes) * 8e3
+
+    @staticmethod
+    def _fitted(table: dict[tuple[int, int], float], what: str, flows: int, nodes: int
+                ) -> float:
+        """table[(flows, nodes)], or the error that names the fits to run."""
+        if (flows, nodes) not in table:
+            raise ValueError(
+                f"no {what} with {nodes} nodes x {flows} flow(s) at once (fitted (flows, "
+                f"nodes): {sorted(table)}); run bench/emulated_model.py --measure with "
+                f"--fit-flows {flows} and --fit-nodes {nodes}")
+        return table[(flows, nodes)]
 
     def as_dict(self) -> dict:
         return {"unshaped": dataclasses.asdict(self.unshaped),
