@@ -7,7 +7,7 @@ sweep point predicted; points at rates the omb fits did not use are held out and
 in any fit. No run's throughput is fitted: compute and overheads come from the local profile
 (neoxlab.perfmodel.emulated).
 
-    .venv/bin/python bench/emulated_model.py --measure   # omb runs and codec timings, ~8 min
+    .venv/bin/python bench/emulated_model.py --measure   # omb runs and codec timings, ~13 min
     .venv/bin/python bench/emulated_model.py             # reuse both
 
 Writes results/tables/emulated_sweep.{model,curves,crossover}.csv and

@@ -12,6 +12,7 @@ import pytest
 from neoxlab.config.profile import LinkProfile
 from neoxlab.layout import resolve_layout
 from neoxlab.perfmodel import emulated as em
+from neoxlab.perfmodel.fit import BANDWIDTH_BENCHMARKS, fit_alpha_beta, steps_and_bytes
 from neoxlab.perfmodel.predict import _predict, codec_on_path, slowdowns
 
 
@@ -114,6 +115,33 @@ def test_a_point_fitted_from_repeated_omb_runs_takes_their_median_alpha_and_band
             for a, b in ((1800.0, 0.021), (500.0, 0.025), (2700.0, 0.019))]
     assert em.median_fit(fits) == LinkProfile(latency_us=1800.0, bandwidth_gbs=0.021)
     assert em.median_fit(fits[:1]) == fits[0]
+
+
+def sweep_rows(max_size: int, head_bytes: float, fast_gbs: float, slow_gbs: float,
+               nodes: int) -> list[dict]:
+    """omb rows of a link that carries each message's first head_bytes at fast_gbs and the
+    rest at slow_gbs (a shaped uplink before and after its queue overflows), alpha 2 ms."""
+    rows = []
+    for benchmark in BANDWIDTH_BENCHMARKS:
+        for size in (4096 << k for k in range((max_size // 4096).bit_length())):
+            steps, wire = steps_and_bytes(benchmark, nodes, size)
+            t = steps * 2e-3 + min(wire, head_bytes) / (fast_gbs * 1e9) \
+                + max(0.0, wire - head_bytes) / (slow_gbs * 1e9)
+            rows.append({"benchmark": benchmark, "size": size, "avg_us": t * 1e6})
+    return rows
+
+
+def test_the_uplink_fit_takes_the_rate_large_messages_sustain_after_the_first_burst():
+    # 2 nodes: each message of 1 MiB and up puts its size on the wire, past the head
+    rows = sweep_rows(4 << 20, 1 << 20, fast_gbs=0.005, slow_gbs=0.0038, nodes=2)
+    assert em.fit_rate(rows).bandwidth_gbs == pytest.approx(0.0038)
+    # over every size with alpha >= 0, the fast head puts the bandwidth well above it
+    every_size = fit_alpha_beta([(b, 2, [r for r in rows if r["benchmark"] == b], 1.0)
+                                 for b in BANDWIDTH_BENCHMARKS])
+    assert every_size.bandwidth_gbs > 1.05 * 0.0038
+    short = sweep_rows(1 << 20, 1 << 20, fast_gbs=0.005, slow_gbs=0.0038, nodes=2)
+    with pytest.raises(ValueError, match="microbench.max_size=4194304"):
+        em.fit_rate(short)
 
 
 def test_a_codec_is_slowed_by_its_own_group_and_by_other_groups_off_an_idle_wire():
