@@ -109,7 +109,7 @@ def sustained_gbs(rows: list[dict], nodes: int) -> float:
     if seconds_per_byte <= 0:
         raise ValueError(f"the omb sweeps' time does not grow with the message size from "
                          f"{SUSTAINED_FROM} bytes up ({len(large)} rows): rerun them")
-    return 1.0 / seconds_per_byte / 1e9
+    return float(1.0 / seconds_per_byte / 1e9)
 
 
 def median_fit(fits: list[LinkProfile]) -> LinkProfile:
