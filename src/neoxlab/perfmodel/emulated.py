@@ -92,7 +92,7 @@ def sustained_gbs(rows: list[dict], nodes: int) -> float:
     intercept is a head start (negative), and the slope is what the training collectives'
     1-20 MB messages get (4x1's DP all-reduce at 40 Mbit/s: 0.80 of R/8). A fit over every
     size with alpha >= 0 put the bandwidth between the two: one flow on 2 nodes at 10 Mbit/s
-    got 0.77-0.83 of R/8 so, 0.69-0.79 sustained (7 runs)."""
+    got 0.77-0.83 of R/8 by such a fit and 0.69-0.79 by this one (7 runs)."""
     large = [r for r in rows if r["size"] >= SUSTAINED_FROM]
     benchmarks = sorted({r["benchmark"] for r in rows if r["benchmark"] in BANDWIDTH_BENCHMARKS})
     sizes = {b: len({r["size"] for r in large if r["benchmark"] == b}) for b in benchmarks}
