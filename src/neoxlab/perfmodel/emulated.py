@@ -93,15 +93,14 @@ def sustained_gbs(rows: list[dict], nodes: int) -> float:
     1-20 MB messages get (4x1's DP all-reduce at 40 Mbit/s: 0.80 of R/8). A fit over every
     size with alpha >= 0 put the bandwidth between the two: one flow on 2 nodes at 10 Mbit/s
     got 0.77-0.83 of R/8 by such a fit and 0.69-0.79 by this one (7 runs)."""
-    large = [r for r in rows if r["size"] >= SUSTAINED_FROM]
     benchmarks = sorted({r["benchmark"] for r in rows if r["benchmark"] in BANDWIDTH_BENCHMARKS})
+    large = [r for r in rows if r["size"] >= SUSTAINED_FROM and r["benchmark"] in benchmarks]
     sizes = {b: len({r["size"] for r in large if r["benchmark"] == b}) for b in benchmarks}
     if not sizes or min(sizes.values()) < 2:
         raise ValueError(
             f"the omb sweeps have {sizes} message sizes of {SUSTAINED_FROM} bytes or more per "
             "benchmark; the sustained bandwidth needs 2 or more of each: sweep up to "
             "microbench.max_size=4194304 (experiment emulated_omb's default) or larger")
-    large = [r for r in large if r["benchmark"] in benchmarks]
     a = [[float(r["benchmark"] == b) for b in benchmarks]
          + [steps_and_bytes(r["benchmark"], nodes, r["size"])[1]] for r in large]
     seconds_per_byte = np.linalg.lstsq(np.array(a), np.array([r["avg_us"] * 1e-6 for r in large]),
