@@ -43,7 +43,8 @@ def test_uplink_model_scales_the_nominal_rate_by_the_fitted_efficiency():
     # 2 ranks of a node send at once: each gets half of what 2 flows carry together
     assert links.uplink(40.0, 2).bandwidth_gbs == pytest.approx(1.0 * 40 / 8e3 / 2)
     assert links.uplink(1e6).bandwidth_gbs == pytest.approx(1.0)  # never above the bare veth
-    assert links.uplink(None) == dataclasses.replace(FITS[("none", 1, 2)], busy_fraction=1.0)
+    assert links.uplink(None) == dataclasses.replace(FITS[("none", 1, 2)], busy_fraction=1.0,
+                                                    full_gbs=1.0)
     # the bare path is bound by the cores; a slower shaped one leaves them idle in part
     assert links.uplink(40.0).busy_fraction == pytest.approx(0.925 * 40 / 8e3 / 1.0)
     assert links.uplink(1e6).busy_fraction == pytest.approx(1.0)
@@ -269,13 +270,16 @@ def test_codecs_scaled_to_the_fit_rate_runs_slow_every_codec_by_the_time_weighte
     assert two.step_s > one.step_s
 
 
-def test_reduces_to_owners_across_nodes_carry_the_note_that_their_price_is_a_lower_bound():
-    from neoxlab.perfmodel.predict import OWNERS_NOTE
-
+def test_transfers_that_keep_a_shaped_uplink_full_get_its_rate_less_the_tcp_headers():
+    """A gather to one rank, or payloads sent one at a time: the shaped rate less the TCP/IP
+    headers of full segments, above the ring collectives' fitted efficiency and never above
+    what one flow got on the bare link."""
+    links = em.UplinkModel.from_fits(FITS)
+    assert links.uplink(40.0).full_gbs == pytest.approx(40 / 8e3 * 1448 / 1514, rel=0.01)
+    assert links.uplink(40.0).full_gbs > links.uplink(40.0).bandwidth_gbs  # 0.957, not 0.925
+    assert links.uplink(1e6).full_gbs < FITS[("none", 1, 2)].bandwidth_gbs * 1.001
     four = ["cluster.nodes=4", "cluster.ranks_per_node=1", "parallel.tp=1"]
-    links = four_node_links()
-    owners, whole = (em.predict_point(em.sweep_config("naive", "40", four + extra,
-                                                      "neox_small"), local(), links, None, None)
-                     for extra in (["zero.reduce_to_owner=true"], []))
-    assert OWNERS_NOTE in owners.notes
-    assert OWNERS_NOTE not in whole.notes
+    owners = em.predict_point(em.sweep_config("naive", "40", four + ["zero.reduce_to_owner=true"],
+                                              "neox_small"), local(), four_node_links(), None,
+                              None)
+    assert owners.notes == [] and owners.breakdown["dp"] > 0

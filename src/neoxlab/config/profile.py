@@ -27,6 +27,9 @@ class LinkProfile:
     # fitted with as many ranks sending at once as the run has on these cores (emulated veths):
     # core sharing is already in its alpha-beta, so its time is not slowed by it again
     fitted_under_load: bool = False
+    # GB/s of transfers that keep the link full, as nothing waits on a ring step (a gather to
+    # one rank; a compressed reduce to owners' payloads, one after another); null: bandwidth_gbs
+    full_gbs: float | None = None
 
 
 @dataclass

@@ -6,19 +6,33 @@ crosses (n ranks, M bytes):
   all-reduce (ring)  2(n-1) alpha + 2 (n-1)/n M / B
   all-gather         (n-1) alpha + (n-1)/n M / B        (M: the gathered output)
   p2p                alpha_p2p + M / B   (alpha_p2p: the link's p2p latency, else alpha)
+  reduce to owners   n^2 alpha + (n-1)/n M / B + (n-1)/n M / B_full
+
+A reduce to owners is n reduces of M/n, one to each part's owner (ZeRO-1/2's
+zero.reduce_to_owner), which DeepSpeed calls one after another; gloo runs each as a ring
+reduce-scatter of the part (the ring's rate, B) and a gather of its pieces to the owner, whose
+link the n - 1 senders keep full, as nothing waits on a ring step (B_full:
+LinkProfile.full_gbs).
 
 Compressed (src/neoxlab/comm/collectives.py): every payload is M / ratio and is preceded
 by an exchange of sizes (one more latency term per phase); the all-reduce is an all-to-all
 of compressed chunks, a local sum and a compressed all-gather (for n <= 2 an all-gather of
 the whole compressed tensor), so it encodes M (1 + 1/n) and decodes 2M (all-gather
-variant: encodes M, decodes n M). Codec time = bytes / throughput + calls x call cost.
+variant: encodes M, decodes n M). A compressed reduce to owners goes one payload at a time:
+each owner receives the others' payloads of a segment in rank order, a gloo send waits for
+its receiver's recv, and the owners come one after another (the next one's senders are still
+waiting on the last): n(n-1) transfers a segment, (n-1) M / ratio bytes in all, each alone
+on the wire and keeping it full (B_full), 2 latencies each (the recv's notice, the payload).
+Codec time = bytes / throughput + calls x call cost.
 A ratio <= 1 (e.g. ZFP rate 24 on fp16) sends the raw bytes but still pays the encode.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+from neoxlab.comm_scratch import segment_bytes_for
 from neoxlab.config.profile import CodecProfile, LinkProfile
 from neoxlab.perfmodel.traffic import Message
 
@@ -55,17 +69,23 @@ ZERO = Cost(0.0, 0.0)
 PARTED_OPS = ("all_gather", "reduce_to_owners")
 
 
-def wire(link: LinkProfile, steps: float, nbytes: float, p2p: bool = False) -> float:
-    """`steps` message latencies plus `nbytes` through the rank's share of the link."""
+def wire(link: LinkProfile, steps: float, nbytes: float, p2p: bool = False,
+         full: bool = False) -> float:
+    """`steps` message latencies plus `nbytes` through the rank's share of the link (full:
+    at the rate of transfers that keep it full)."""
     alpha = link.p2p_latency_us if p2p and link.p2p_latency_us is not None else link.latency_us
-    return steps * alpha * 1e-6 + nbytes / (link.bandwidth_gbs * 1e9)
+    gbs = link.full_gbs if full and link.full_gbs is not None else link.bandwidth_gbs
+    return steps * alpha * 1e-6 + nbytes / (gbs * 1e9)
 
 
 def plain(msg: Message, link: LinkProfile) -> float:
     n, m = msg.group, msg.nbytes
     if msg.op == "all_reduce":
         return wire(link, 2 * (n - 1), 2 * (n - 1) / n * m)
-    if msg.op in PARTED_OPS:
+    if msg.op == "reduce_to_owners":  # per part: n-1 ring steps, then the gather
+        return wire(link, n * (n - 1), (n - 1) / n * m) + wire(link, n, (n - 1) / n * m,
+                                                               full=True)
+    if msg.op == "all_gather":
         return wire(link, n - 1, (n - 1) / n * m)
     return wire(link, 1, m, p2p=True)
 
@@ -91,7 +111,9 @@ def compressed(msg: Message, link: LinkProfile, codec: Codec) -> Cost:
         comm = wire(link, 2 * (n - 1), (n - 1) / n * m / r)
         enc, enc_calls, dec, dec_calls = m / n, 1, m, n
     elif msg.op == "reduce_to_owners":  # n reduces of m/n: send n-1 parts, decode own n
-        comm = wire(link, n - 1, (n - 1) / n * m / r, p2p=True)
+        part = int(m / n)
+        transfers = n * (n - 1) * math.ceil(part / segment_bytes_for(part))
+        comm = wire(link, 2 * transfers, (n - 1) * m / r, p2p=True, full=True)
         enc, enc_calls, dec, dec_calls = m, n, m, n
     else:  # p2p: size, then payload
         comm = wire(link, 2, m / r, p2p=True)

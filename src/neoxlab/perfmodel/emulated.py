@@ -58,6 +58,11 @@ from neoxlab.perfmodel.predict import Prediction, _predict
 from neoxlab.perfmodel.resolve import resolve_profile
 
 UNSHAPED = "none"
+# the payload share of a full TCP segment's frame: 1448 bytes (MSS with timestamps, MTU 1500)
+# of 1514 on the wire. Transfers that keep a shaped uplink full go at this share of R/8: a
+# compressed reduce to owners' 0.30 MB payloads, one at a time, took 0.957 of R/8 at 200, 80
+# and 40 Mbit/s (4x1-owner's timelines), where the ring collectives' fits get 0.74-0.81
+TCP_PAYLOAD_SHARE = 1448 / 1514
 
 
 def read_omb(run_dir: Path) -> list[dict]:
@@ -197,16 +202,21 @@ class UplinkModel:
 
     def uplink(self, rate_mbit: float | None, flows: int = 1, nodes: int = 2) -> LinkProfile:
         """One of `flows` ranks sending through the node's uplink at once, at a rate (None:
-        unshaped), per direction, while `nodes` nodes send."""
+        unshaped), per direction, while `nodes` nodes send. Transfers that keep it full
+        (full_gbs) get the shaped rate less the TCP/IP headers (TCP_PAYLOAD_SHARE), where the
+        ring collectives' steps leave gaps (their fitted efficiency), up to what one flow got
+        on the bare link."""
         bare = self._fitted(self.unshaped_total, "fit of the bare link", flows, nodes)
+        one_flow = self.unshaped.bandwidth_gbs  # the bare link's cap of one flow
         if rate_mbit is None:
             return dataclasses.replace(self.unshaped, bandwidth_gbs=bare / flows,
-                                       busy_fraction=1.0)
+                                       busy_fraction=1.0, full_gbs=one_flow)
         eff = self._fitted(self.efficiency, "shaped uplink fit", flows, nodes)
         bw = soft_min(eff * rate_mbit / 8e3, bare, self.sharpness)
+        full = soft_min(TCP_PAYLOAD_SHARE * rate_mbit / 8e3, one_flow, self.sharpness)
         return LinkProfile(latency_us=max(self.latency_us, self.unshaped.latency_us),
                            bandwidth_gbs=bw / flows, p2p_latency_us=self.unshaped.p2p_latency_us,
-                           busy_fraction=bw / bare)
+                           busy_fraction=bw / bare, full_gbs=full)
 
     def bare_rate_mbit(self, flows: int = 1, nodes: int = 2) -> float:
         """The rate (Mbit/s) at which the shaped uplink's nominal share, efficiency x R / 8,

@@ -38,10 +38,6 @@ from neoxlab.perfmodel.resolve import resolve_profile
 from neoxlab.perfmodel.topology import crosses_nodes
 
 COMPONENTS = ("compute", "overhead", "tp", "pp", "bubble", "dp", "zero", "codec")
-OWNERS_NOTE = ("dp: reduces to owners across nodes are priced with every link busy at once, a "
-               "lower bound: on emulated nodes (gloo, 4 x 1 rank) they spent 1.6x that on the "
-               "wire uncompressed and 3x compressed, whose reduces run one owner after another "
-               "(README, Bandwidth sweep)")
 # wire bits per value of the fixed-size codecs (zfp: its rate parameter)
 FIXED_BITS = {"fp16": 16, "bf16": 16, "int8": 8, "int4": 4}
 
@@ -139,8 +135,6 @@ def _predict(cfg: Config, layout: Layout, p: PerfProfile, origin: str,
     notes: list[str] = []
     for msg in traffic.messages(cfg, layout):
         link: LinkProfile = getattr(p, links[msg.dim])
-        if msg.op == "reduce_to_owners" and links[msg.dim] == "inter":
-            notes.append(OWNERS_NOTE)
         cost = costs.message_cost(msg, link, codec_for(cfg, p, msg, notes)).scaled(msg.count)
         target = per_mb if msg.per == "microbatch" else per_dim
         target[msg.dim] = target[msg.dim] + cost
