@@ -14,16 +14,18 @@ nodes send,
     B(R, f, n) = softmin_p(efficiency[f, n] x R / 8, B_unshaped(f, n))
     softmin_p(x, c) = (x^-p + c^-p)^(-1/p)
     alpha(R) = the median alpha of the one-flow shaped fits (tbf adds queueing, not a delay)
+    B_full(R) = softmin_p(TCP_PAYLOAD_SHARE x R / 8, B_unshaped(1, 2))
 
-with B_unshaped(f, n) what f groups that ran the sweeps at once on n nodes (experiment
-emulated_omb with microbench.groups = f, one rank of each group per node) carried together
-through an uplink of the bare link, and efficiency[f, n] the median over the shaped fit
-rates of what makes the formula give their B_fit (the bandwidth of one of f groups, times
-f). Near the bare link's cap the token bucket and the cores that process its packets bind
-together, not one after the other: 4 nodes got 0.80-0.86 of R/8 at 10 Mbit/s but 0.72 at
-200, where R/8 x 0.80 is nearly what their bare link carries. One sharpness p serves every
-link: the one (of 2-64, or infinity: the plain minimum) that makes the efficiency of each
-(f, n) the same at every fit rate.
+with B_full what transfers that keep the uplink full get (a gather to one rank; a compressed
+reduce to owners' payloads, one at a time: perfmodel.costs), B_unshaped(f, n) what f groups
+that ran the sweeps at once on n nodes (experiment emulated_omb with microbench.groups = f,
+one rank of each group per node) carried together through an uplink of the bare link, and
+efficiency[f, n] the median over the shaped fit rates of what makes the formula give their
+B_fit (the bandwidth of one of f groups, times f). Near the bare link's cap the token bucket
+and the cores that process its packets bind together, not one after the other: 4 nodes got
+0.80-0.86 of R/8 at 10 Mbit/s but 0.72 at 200, where R/8 x 0.80 is nearly what their bare
+link carries. One sharpness p serves every link: the one (of 2-64, or infinity: the plain
+minimum) that makes the efficiency of each (f, n) the same at every fit rate.
 
 Everything is fitted with as many nodes sending at once as the layout has. The bare link is
 bound by the cores that process its packets, not by a rate: with 2 nodes, 2 flows carried
@@ -204,8 +206,8 @@ class UplinkModel:
         """One of `flows` ranks sending through the node's uplink at once, at a rate (None:
         unshaped), per direction, while `nodes` nodes send. Transfers that keep it full
         (full_gbs) get the shaped rate less the TCP/IP headers (TCP_PAYLOAD_SHARE), where the
-        ring collectives' steps leave gaps (their fitted efficiency), up to what one flow got
-        on the bare link."""
+        ring collectives got less (their fitted efficiency), up to what one flow got on the
+        bare link."""
         bare = self._fitted(self.unshaped_total, "fit of the bare link", flows, nodes)
         one_flow = self.unshaped.bandwidth_gbs  # the bare link's cap of one flow
         if rate_mbit is None:
