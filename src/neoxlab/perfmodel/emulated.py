@@ -63,7 +63,7 @@ UNSHAPED = "none"
 # the payload share of a full TCP segment's frame: 1448 bytes (MSS with timestamps, MTU 1500)
 # of 1514 on the wire. Transfers that keep a shaped uplink full go at this share of R/8: a
 # compressed reduce to owners' 0.30 MB payloads, one at a time, took 0.957 of R/8 at 200, 80
-# and 40 Mbit/s (4x1-owner's timelines), where the ring collectives' fits get 0.74-0.81
+# and 40 Mbit/s (4x1-owner's timelines), where the ring collectives' fits get 0.73-0.83
 TCP_PAYLOAD_SHARE = 1448 / 1514
 
 
