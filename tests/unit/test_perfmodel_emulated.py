@@ -12,6 +12,7 @@ import pytest
 from neoxlab.config.profile import LinkProfile
 from neoxlab.layout import resolve_layout
 from neoxlab.perfmodel import emulated as em
+from neoxlab.perfmodel import predict
 from neoxlab.perfmodel.fit import BANDWIDTH_BENCHMARKS, fit_alpha_beta, steps_and_bytes
 from neoxlab.perfmodel.predict import _predict, codec_on_path, slowdowns
 
@@ -283,3 +284,29 @@ def test_transfers_that_keep_a_shaped_uplink_full_get_its_rate_less_the_tcp_head
                                               "neox_small"), local(), four_node_links(), None,
                               None)
     assert owners.notes == [] and owners.breakdown["dp"] > 0
+
+
+def test_a_reduce_to_owners_codecs_run_apart_not_in_lockstep(monkeypatch):
+    """Its payloads cross one at a time, so the group's ranks reach their DP codecs apart:
+    behind a slow uplink a codec runs at its one-thread time, where the all-reduce's group
+    encodes at once and is slowed by every rank on the cores."""
+    calls: list[tuple[float, float]] = []
+    real = predict.codec_on_path
+
+    def recorded(codec_s, idle_wire_s, slow_path, group_share=1.0):
+        out = real(codec_s, idle_wire_s, slow_path, group_share)
+        calls.append((codec_s, out))
+        return out
+    monkeypatch.setattr(predict, "codec_on_path", recorded)
+    four = ["cluster.nodes=4", "cluster.ranks_per_node=1", "parallel.tp=1"]
+
+    def dp_codec(owner: bool) -> tuple[float, float]:
+        calls.clear()
+        cfg = em.sweep_config("naive", "10", four + [f"zero.reduce_to_owner={owner}"],
+                              "neox_small")
+        em.predict_point(cfg, local(), four_node_links(), None, None)
+        return calls[-2]  # tp, pp, dp, zero
+    one_thread, on_path = dp_codec(owner=False)
+    assert on_path > 1.5 * one_thread  # 4 ranks on 2 cores, encoding together
+    one_thread, on_path = dp_codec(owner=True)
+    assert one_thread > 0 and on_path == pytest.approx(one_thread)
