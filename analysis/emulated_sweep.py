@@ -41,7 +41,8 @@ shaped = sweep["rate_mbit"].astype(str) != "none"
 top = sweep.loc[shaped, "rate_mbit"].astype(float).max() if shaped.any() else 1000.0
 unshaped_x = top * 3  # the unshaped links, drawn right of the fastest shaped rate
 sweep["x"] = np.where(shaped, pd.to_numeric(sweep["rate_mbit"], errors="coerce"), unshaped_x)
-markers = {"2x2": "o", "4x1": "s"}
+markers = {"2x2": "o", "4x1": "s", "4x1-owner": "^"}
+lines = {"2x2": "-", "4x1": "-.", "4x1-owner": ":"}  # a model curve per layout, told apart
 baseline_speed = {(r.layout, str(r.rate_mbit)): r.samples_per_s
                   for r in sweep[sweep["scheme"] == style.BASELINE].itertuples()}
 
@@ -75,10 +76,10 @@ for scheme in style.order(sweep["scheme"]):
             axes[1].plot(share * 100, rows["gain_samples"] * 100, **kw)
         if curves is not None:
             c = curves[(curves["scheme"] == scheme) & (curves["layout"] == layout)]
-            axes[0].plot(c["rate_mbit"], c["gain"] * 100, color=style.color(scheme), lw=1.2,
+            line = {"color": style.color(scheme), "lw": 1.2, "ls": lines.get(layout, "-")}
+            axes[0].plot(c["rate_mbit"], c["gain"] * 100, **line,
                          label=f"{style.label(scheme)} {layout} (model)")
-            axes[1].plot(c["baseline_comm_share"] * 100, c["gain"] * 100,
-                         color=style.color(scheme), lw=1.2)
+            axes[1].plot(c["baseline_comm_share"] * 100, c["gain"] * 100, **line)
     if scheme in PUBLISHED:
         for ax in axes:
             ax.axhline(PUBLISHED[scheme], color=style.color(scheme), ls="--", lw=0.8)
