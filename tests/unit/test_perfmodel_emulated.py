@@ -30,6 +30,9 @@ FITS = {("none", 1, 2): LinkProfile(latency_us=300.0, bandwidth_gbs=1.0),
         ("10", 2, 2): LinkProfile(latency_us=4000.0, bandwidth_gbs=0.000625)}
 
 
+FOUR_NODES = ["cluster.nodes=4", "cluster.ranks_per_node=1", "parallel.tp=1"]  # the 4x1 layout
+
+
 def four_node_links() -> em.UplinkModel:
     """FITS, with the 4-node fits the 4x1 layout needs (as the 2-node ones)."""
     return em.UplinkModel.from_fits(FITS | {(r, 1, 4): FITS[(r, 1, 2)]
@@ -262,8 +265,7 @@ def test_codecs_scaled_to_the_fit_rate_runs_slow_every_codec_by_the_time_weighte
         assert slower[name].decode_gbs == pytest.approx(c.decode_gbs / 2)
         assert slower[name].call_us == pytest.approx(c.call_us * 2)
         assert slower[name].ratio == c.ratio
-    cfg = em.sweep_config("naive", "40", ["cluster.nodes=4", "cluster.ranks_per_node=1",
-                                          "parallel.tp=1"], "neox_small")
+    cfg = em.sweep_config("naive", "40", FOUR_NODES, "neox_small")
     links = four_node_links()
     base = local()
     one, two = (em.predict_point(cfg, base, links, c, None) for c in (codecs, slower))
@@ -279,8 +281,8 @@ def test_transfers_that_keep_a_shaped_uplink_full_get_its_rate_less_the_tcp_head
     assert links.uplink(40.0).full_gbs == pytest.approx(40 / 8e3 * 1448 / 1514, rel=0.01)
     assert links.uplink(40.0).full_gbs > links.uplink(40.0).bandwidth_gbs  # 0.957, not 0.925
     assert links.uplink(1e6).full_gbs < FITS[("none", 1, 2)].bandwidth_gbs * 1.001
-    four = ["cluster.nodes=4", "cluster.ranks_per_node=1", "parallel.tp=1"]
-    owners = em.predict_point(em.sweep_config("naive", "40", four + ["zero.reduce_to_owner=true"],
+    owners = em.predict_point(em.sweep_config("naive", "40",
+                                              FOUR_NODES + ["zero.reduce_to_owner=true"],
                                               "neox_small"), local(), four_node_links(), None,
                               None)
     assert owners.notes == [] and owners.breakdown["dp"] > 0
@@ -298,11 +300,10 @@ def test_a_reduce_to_owners_codecs_run_apart_not_in_lockstep(monkeypatch):
         calls.append((codec_s, out))
         return out
     monkeypatch.setattr(predict, "codec_on_path", recorded)
-    four = ["cluster.nodes=4", "cluster.ranks_per_node=1", "parallel.tp=1"]
 
     def dp_codec(owner: bool) -> tuple[float, float]:
         calls.clear()
-        cfg = em.sweep_config("naive", "10", four + [f"zero.reduce_to_owner={owner}"],
+        cfg = em.sweep_config("naive", "10", FOUR_NODES + [f"zero.reduce_to_owner={owner}"],
                               "neox_small")
         em.predict_point(cfg, local(), four_node_links(), None, None)
         return calls[-2]  # tp, pp, dp, zero
