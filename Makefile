@@ -37,7 +37,7 @@ run: $(STAMP) ## run experiment EXP (default local_compare) with Hydra overrides
 	$(PY) -m neoxlab experiment=$(EXP) $(OVERRIDES)
 
 status: $(STAMP) ## runs of EXP, their scheduler jobs and states (results/manifests/<exp>.jsonl)
-	$(PY) -m neoxlab.run.status $(EXP)
+	$(PY) -m neoxlab.commands.status $(EXP)
 
 resume: $(STAMP) ## continue a stopped local training run: make resume RUN=results/<exp>/<run_id>
 	@test -n "$(RUN)" || { echo "usage: make resume RUN=results/<experiment>/<run_id>" >&2; exit 2; }
@@ -63,7 +63,7 @@ else
 endif
 
 lint: $(STAMP) ## ruff
-	$(VENV)/bin/ruff check src tests bench analysis
+	$(VENV)/bin/ruff check src tests bench studies analysis
 
 bench: $(STAMP) ## benchmarks that print side-by-side ratios
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

@@ -3,9 +3,9 @@
 # Gain over the uncompressed baseline (samples/s; TFLOPS/GPU gains are the same numbers: both
 # divide the step's work by the same iteration time) against the uplink rate and against the
 # baseline's share of its step on the inter-node wire (as the model puts it). Points:
-# measured (bench/emulated_sweep.py; bars: the spread of a point's repeated runs); lines:
+# measured (studies/emulated_sweep.py; bars: the spread of a point's repeated runs); lines:
 # the performance model with the uplink fitted from gloo all-reduce sweeps inside the
-# emulated cluster (bench/emulated_model.py); dashed: the published Lassen gains; dotted: the
+# emulated cluster (studies/emulated_model.py); dashed: the published Lassen gains; dotted: the
 # communication share the model predicts for Lassen's baseline at 192 GPUs.
 # experiments: emulated_sweep
 # outputs: figures/{exp}.gain.png, figures/{exp}.gain.pdf
@@ -48,7 +48,7 @@ baseline_speed = {(r.layout, str(r.rate_mbit)): r.samples_per_s
 
 
 def gain_spread(rows: pd.DataFrame) -> np.ndarray | None:
-    """Bars from the slowest to the fastest of a point's runs (bench/emulated_sweep.py
+    """Bars from the slowest to the fastest of a point's runs (studies/emulated_sweep.py
     --repeats), as gains over the baseline's median run; None for single runs."""
     if "samples_per_s_min" not in rows or rows["samples_per_s_min"].isna().all():
         return None

@@ -1,6 +1,6 @@
 # %% [markdown]
 # # Loss study: each scheme's mean loss against the baseline's seed band
-# bench/loss_study.py runs every scheme with the same settings and several seeds (the
+# studies/loss_study.py runs every scheme with the same settings and several seeds (the
 # initialisation; the data order is fixed). Lines: the mean over seeds of the smoothed loss;
 # bands: min..max over seeds. Right: the difference to the baseline's mean, with the
 # baseline's band around zero.

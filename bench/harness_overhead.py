@@ -5,11 +5,12 @@
 Why: every step of `make run` adds a metrics record, a metrics.jsonl line, a progress-bar
 update and a wandb (offline) log call on rank 0 to DeepSpeed's train_batch; this must stay
 under 2 % of a step. The local_3d experiment (8 CPU ranks, TP2 PP2 DP2, ZeRO-1) is planned
-into a fresh run dir and run under mpiexec with bench/overhead_rank.py, which alternates
-blocks of K bare steps (A) and K harnessed steps (B, neoxlab.train.program.StepRunner.step,
-the very code train() runs) on one engine: A B B A A B ... after warm-up. Reported: median
-per-step time of each arm (from block times, barrier to barrier, / K; and from single steps),
-overhead % of B over A, and the harness's own time inside a step on rank 0 (step wall time
+into a fresh run dir and run under mpiexec with bench/ranks/overhead_rank.py, which alternates
+blocks of K bare steps (A) and K harnessed steps (B: StepRunner.step of
+neoxlab.engines.builtin.program, the very code train() runs) on one engine: A B B A A B ...
+after warm-up. Reported: median per-step time of each arm (from block times, barrier to
+barrier, / K; and from single steps), overhead % of B over A, and the harness's own time inside
+a step on rank 0 (step wall time
 minus its train_batch), which is far less noisy on a shared machine.
 """
 
@@ -25,12 +26,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from neoxlab.commands.check import check
+from neoxlab.commands.plan import plan_run
 from neoxlab.config import Config
 from neoxlab.config.compose import compose_experiment
 from neoxlab.launch import local
 from neoxlab.layout import world_size
 from neoxlab.run import rundir
-from neoxlab.run.plan import plan_run
 
 GOAL_PCT = 2.0
 HERE = Path(__file__).resolve().parent
@@ -40,7 +42,7 @@ def run_ranks(run_dir: Path, cfg: Config, args: argparse.Namespace) -> int:
     """mpiexec -n <world> overhead_rank.py; rank output goes to logs/launcher.log."""
     cmd = [
         local.mpiexec_path(), "-n", str(world_size(cfg)), sys.executable,
-        str(HERE / "overhead_rank.py"), str(run_dir), "--blocks", str(args.blocks),
+        str(HERE / "ranks" / "overhead_rank.py"), str(run_dir), "--blocks", str(args.blocks),
         "--k", str(args.k), "--warmup", str(args.warmup),
     ]
     with (run_dir / "logs" / "launcher.log").open("w") as log:
@@ -123,7 +125,7 @@ def main() -> int:
     overrides = [f"train.steps={steps}", "logger.wandb=offline", "logger.progress=true",
                  f"launch.results_dir={results}"]
     cfg = compose_experiment("local_3d", overrides)
-    run_dir = plan_run(cfg, ["bench/harness_overhead.py", *sys.argv[1:]])
+    run_dir = plan_run(cfg, check(cfg), ["bench/harness_overhead.py", *sys.argv[1:]])
     print(f"[bench] reproduce: python bench/harness_overhead.py {' '.join(sys.argv[1:])}".rstrip())
     print(f"[bench] run dir: {run_dir} (rank logs in logs/)", flush=True)
     started = time.time()

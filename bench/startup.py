@@ -9,7 +9,7 @@ the real entry point twice, back to back, in two modes (the order alternates by 
 their difference is the cost of one choice under the same machine load:
   --vary rank_start  ranks exec'd (a fresh interpreter each) vs forked from the fork server
                      (launch.rank_start; wandb disabled in both)
-  --vary prestart    the same command line through neoxlab.cli (no spare fork server)
+  --vary prestart    the same command line through neoxlab.commands.cli (no spare fork server)
                      vs `python -m neoxlab` (a spare started before the launcher's imports)
   --vary wandb       wandb disabled vs offline (the default)
 Phases, all wall clock on this host:
@@ -40,7 +40,7 @@ from pathlib import Path
 from neoxlab.run import rundir
 
 ENTRY = ["-m", "neoxlab"]  # __main__: prestarts a spare fork server
-CLI_ONLY = ["-c", "import sys; from neoxlab.cli import main; sys.exit(main(sys.argv[1:]))"]
+CLI_ONLY = ["-c", "import sys; from neoxlab.commands.cli import main; sys.exit(main(sys.argv[1:]))"]
 NO_WANDB = ["logger.wandb=disabled"]
 # mode -> (interpreter arguments, overrides)
 MODES = {

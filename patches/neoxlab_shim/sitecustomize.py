@@ -14,7 +14,7 @@ def _arm() -> None:
     if not os.environ.get("NEOXLAB_RUN_DIR"):
         return
     try:
-        from neoxlab.neox.inject import arm
+        from neoxlab.engines.neox.inject import arm
     except ImportError as exc:
         print(
             f"[neoxlab shim] NEOXLAB_RUN_DIR is set but neoxlab cannot be imported ({exc}): "

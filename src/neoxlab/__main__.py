@@ -1,5 +1,5 @@
-"""`python -m neoxlab experiment=<name> [overrides]` (neoxlab.cli; `--list` names them) and
-`python -m neoxlab resume <run_dir>` (neoxlab.run.resume; what `make resume` runs).
+"""`python -m neoxlab experiment=<name> [overrides]` (neoxlab.commands.cli; `--list` names them) and
+`python -m neoxlab resume <run_dir>` (neoxlab.commands.resume; what `make resume` runs).
 
 A spare rank fork server starts first (run.forkserver.prestart): it imports the stack every
 builtin rank program shares on the other core while this process imports, composes, checks
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from neoxlab.run import forkserver
+from neoxlab.forkserver import server as forkserver
 
 STACK = ("torch", "megatron.core")  # imported before any rank's task is known
 
@@ -22,9 +22,9 @@ if __name__ == "__main__":
         forkserver.prestart(STACK)
     # imported after the prestart, so that their imports and the spare's overlap
     if args[:1] == ["resume"]:
-        from neoxlab.run.resume import main as resume
+        from neoxlab.commands.resume import main as resume
 
         sys.exit(resume(args[1:]))
-    from neoxlab.cli import main
+    from neoxlab.commands.cli import main
 
     sys.exit(main(args))

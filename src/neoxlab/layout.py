@@ -1,7 +1,7 @@
 """Pure layout arithmetic and its rules: world size, batch identities, memory per device.
 
 Imports only the config schema. The rules of tasks, engines, clusters and compression live
-beside their code; config/check.py runs them all together with these, so every violation is
+beside their code; commands/check.py runs them all together with these, so every violation is
 reported at once, with its numbers and a fix.
 """
 
@@ -18,7 +18,6 @@ PRECISIONS = ("fp32", "fp16", "bf16")
 WANDB_MODES = ("offline", "online", "disabled")
 BACKENDS = ("auto", "gloo", "nccl")
 SCHEDULERS = ("local", "lsf", "slurm")
-ENGINES = ("builtin", "neox")
 
 
 @dataclass(frozen=True)
@@ -64,7 +63,7 @@ def world_size(cfg: Config) -> int:
 
 def resolve_layout(cfg: Config) -> Layout:
     """The layout with dp inferred; raises ConfigError listing every violated layout rule
-    (config/check.py's check() adds every other rule)."""
+    (commands/check.py's check() adds every other rule)."""
     errors = validate(cfg) or memory_errors(cfg)
     if errors:
         raise ConfigError(format_errors(cfg.experiment, errors))
@@ -169,7 +168,6 @@ def basic_errors(cfg: Config) -> list[str]:
     _choice(errors, "train.precision", cfg.train.precision, PRECISIONS)
     _choice(errors, "logger.wandb", cfg.logger.wandb, WANDB_MODES)
     _choice(errors, "engine.backend", cfg.engine.backend, BACKENDS)
-    _choice(errors, "engine.name", cfg.engine.name, ENGINES)
     _choice(errors, "cluster.scheduler", cfg.cluster.scheduler, SCHEDULERS)
     return errors
 

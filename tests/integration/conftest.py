@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from neoxlab.cli import main
 from neoxlab.comm.strict import STRICT_ENV
+from neoxlab.commands.cli import main
 from neoxlab.launch import manifest
 from tests.conftest import REPO_ROOT
 from tests.integration.harness import (

@@ -9,11 +9,11 @@ from pathlib import Path
 import torch
 
 from neoxlab.config import from_dict
+from neoxlab.engines.builtin.deepspeed_config import render
+from neoxlab.engines.builtin.model.hf_convert import load_into_pipeline
+from neoxlab.engines.builtin.program import build_engine, init_distributed
 from neoxlab.layout import padded_vocab_size, resolve_layout
-from neoxlab.model.hf_convert import load_into_pipeline
 from neoxlab.run import dist
-from neoxlab.train.deepspeed_config import render
-from neoxlab.train.program import build_engine, init_distributed
 
 
 def main(work: Path) -> None:

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from neoxlab.engines.builtin import checkpoints
+from neoxlab.engines.builtin.preemption import stop_request_file
 from neoxlab.run.rankjob import PREEMPTED_EXIT
-from neoxlab.train import checkpoints
-from neoxlab.train.preemption import stop_request_file
 from tests.conftest import REPO_ROOT
 from tests.integration.harness import (
     FOUR_RANKS,

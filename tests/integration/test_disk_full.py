@@ -41,7 +41,7 @@ def test_full_disk_ends_in_one_line_and_no_stale_running_state(tiny_disk):
                       if not line.startswith(("[rank", " "))]  # rank logs may hold their own
     assert not any(line.startswith("Traceback") for line in launcher_lines), proc.stderr[-3000:]
     assert not processes_of(run_dir)
-    status = subprocess.run([sys.executable, "-m", "neoxlab.run.status", "local_3d",
+    status = subprocess.run([sys.executable, "-m", "neoxlab.commands.status", "local_3d",
                              "--results", str(tiny_disk)], cwd=REPO_ROOT, capture_output=True,
                             text=True, timeout=120)
     row = [line for line in status.stdout.splitlines() if run_dir.name in line]

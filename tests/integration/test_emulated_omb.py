@@ -11,10 +11,10 @@ import json
 
 import pytest
 
-from neoxlab.netem import cluster
-from neoxlab.netem.topology import MIN_BURST_BYTES
-from neoxlab.netem.wire import payload_bytes
-from neoxlab.perfmodel import emulated as em
+from neoxlab.emulated import cluster
+from neoxlab.emulated import model as em
+from neoxlab.emulated.topology import MIN_BURST_BYTES
+from neoxlab.emulated.wire import payload_bytes
 from tests.integration.harness import run_experiment
 
 _missing = cluster.prerequisite_problem()
@@ -26,9 +26,9 @@ SIZE = 2 << 20  # the fit's sustained rate takes 2 sizes of 1 MiB and up
 def test_gloo_allreduce_between_emulated_nodes_runs_at_the_shaped_rate(tmp_path):
     proc, run_dir = run_experiment(
         "emulated_omb", tmp_path, "cluster.emulated.prefix=nxtomb", "launch.timeout_s=120",
-        f"cluster.emulated.inter.rate_mbit={RATE_MBIT}", "microbench.benchmarks=[allreduce]",
-        f"microbench.max_size={SIZE}",
-        "microbench.iterations=3", "microbench.warmup=1", timeout=180)
+        f"cluster.emulated.inter.rate_mbit={RATE_MBIT}", "omb.benchmarks=[allreduce]",
+        f"omb.max_size={SIZE}",
+        "omb.iterations=3", "omb.warmup=1", timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = em.read_omb(run_dir)
     largest = max(rows, key=lambda r: r["size"])
@@ -58,9 +58,9 @@ def test_concurrent_groups_share_each_uplink(tmp_path):
         "emulated_omb", tmp_path, "cluster.emulated.prefix=nxtomb2", "launch.timeout_s=120",
         "cluster.launcher=mpiexec",
         f"cluster.emulated.inter.rate_mbit={RATE_MBIT}", "cluster.ranks_per_node=2",
-        "microbench.groups=2", "microbench.benchmarks=[allreduce]",
-        f"microbench.min_size={size}", f"microbench.max_size={size}",
-        "microbench.iterations=3", "microbench.warmup=1", timeout=180)
+        "omb.groups=2", "omb.benchmarks=[allreduce]",
+        f"omb.min_size={size}", f"omb.max_size={size}",
+        "omb.iterations=3", "omb.warmup=1", timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = em.read_omb(run_dir)
     assert [(r["size"], r["groups"], len(r["group_avg_us"])) for r in rows] == [(size, 2, 2)]

@@ -62,7 +62,7 @@ def _rank_process(run_dir, rank):
     pid_file = run_dir / "logs" / f"rank{rank}.pid"
     try:
         proc = psutil.Process(int(pid_file.read_text()))
-        assert "neoxlab.train" in proc.cmdline(), proc.cmdline()
+        assert "neoxlab.engines.builtin" in proc.cmdline(), proc.cmdline()
         return proc
     except (FileNotFoundError, psutil.NoSuchProcess):
         pytest.fail(f"rank {rank} process not found")

@@ -16,8 +16,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from neoxlab.forkserver import server as forkserver
 from neoxlab.launch.local import mpiexec_path
-from neoxlab.run import forkserver
 from tests.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.timeout(120)
@@ -62,7 +62,7 @@ def server(tmp_path_factory):
 def _job(server, out: Path, mode: str, ranks: int = 2) -> subprocess.Popen:
     address, env, _ = server
     out.mkdir(exist_ok=True)
-    cmd = [mpiexec_path(), "-n", str(ranks), sys.executable, "-m", "neoxlab.run.forked_rank",
+    cmd = [mpiexec_path(), "-n", str(ranks), sys.executable, "-m", "neoxlab.forkserver.forked_rank",
            address, "toy_rank", mode, str(out)]
     return subprocess.Popen(cmd, env=dict(env, TOY_MARKER="from-the-stub"), cwd=out,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -184,7 +184,7 @@ def test_a_spare_imports_its_stack_first_then_takes_the_tasks_env_path_and_log(
 
 def test_an_unused_spare_is_stopped_when_its_process_exits(tmp_path):
     """A launcher that launches nothing (a submission, a refused config) leaves no server."""
-    code = ("from neoxlab.run import forkserver; forkserver.prestart(['json']); "
+    code = ("from neoxlab.forkserver import server; server.prestart(['json']); "
             "print(forkserver._spare.proc.pid, forkserver._spare.address, flush=True)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, env=dict(os.environ, PYTHONPATH=str(REPO_ROOT / "src")))

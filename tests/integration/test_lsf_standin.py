@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from neoxlab.cli import main
+from neoxlab.commands.cli import main
 from neoxlab.launch import manifest
 from tests.integration.harness import processes_of, read_metrics, read_status
 

@@ -17,17 +17,18 @@ from pathlib import Path
 import pytest
 import yaml
 
+from neoxlab.commands.check import check
+from neoxlab.commands.plan import plan_run
 from neoxlab.config.compose import compose_experiment
-from neoxlab.neox.launch import SHIM_DIR, rank_command, rank_env
-from neoxlab.run.plan import plan_run
+from neoxlab.engines.neox.launch import SHIM_DIR, rank_command, rank_env
 from tests.conftest import REPO_ROOT
 
 FAKE_NEOX = REPO_ROOT / "tests" / "fixtures" / "fake_gpt_neox"
 PROBE = """
 import json, sys
-before = "neoxlab.neox.inject" in sys.modules
+before = "neoxlab.engines.neox.inject" in sys.modules
 import deepspeed, deepspeed.comm, torch.distributed as d
-inject = sys.modules.get("neoxlab.neox.inject")
+inject = sys.modules.get("neoxlab.engines.neox.inject")
 patch = inject.current() if inject else None
 print(json.dumps({
     "inject_loaded_at_start": before,
@@ -58,7 +59,7 @@ def _plan(tmp_path: Path, neox_dir: Path) -> Path:
         "data.source=file", f"data.path={tmp_path}/data/tiny_text_document",
         f"data.vocab_file={tmp_path}/tokenizer.json", f"launch.results_dir={results}",
     ])
-    return plan_run(cfg, [], results)
+    return plan_run(cfg, check(cfg), [], results)
 
 
 def _probe(env_extra: dict[str, str]) -> dict:

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from neoxlab.commands.check import check
+from neoxlab.commands.plan import plan_run
 from neoxlab.config.compose import compose_experiment
-from neoxlab.neox.entry import train_argv
-from neoxlab.run.plan import plan_run
+from neoxlab.engines.neox.entry import train_argv
 
 NEOX_DIR = os.environ.get("NEOXLAB_TEST_NEOX_DIR")
 pytestmark = pytest.mark.skipif(not NEOX_DIR, reason="set NEOXLAB_TEST_NEOX_DIR to a checkout")
@@ -43,7 +44,7 @@ def _consume(tmp_path: Path, overrides: list[str]) -> dict:
     neox = Path(NEOX_DIR).resolve()
     cfg = compose_experiment("baseline_192gpu", [*BASE, f"cluster.neox_dir={neox}",
                                                  *overrides])
-    run_dir = plan_run(cfg, [], tmp_path / "results")
+    run_dir = plan_run(cfg, check(cfg), [], tmp_path / "results")
     argv = train_argv(run_dir, neox)
     env = dict(os.environ, RANK="0", WORLD_SIZE="192", LOCAL_RANK="0")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(neox), env.get("PYTHONPATH")]))

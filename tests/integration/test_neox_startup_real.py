@@ -2,7 +2,7 @@
 
 Runs only with NEOXLAB_TEST_NEOX_DIR=/path/to/gpt-neox and the `[neox]` extra installed
 (pkg_resources, sentencepiece, pybind11). GPT-NeoX's own makefile builds the dataset
-helpers, and `mpiexec -n 2 python -m neoxlab.neox.entry` runs its train.py: arguments,
+helpers, and `mpiexec -n 2 python -m neoxlab.engines.neox.entry` runs its train.py: arguments,
 tokenizer, distributed set-up as far as a machine without CUDA lets GPT-NeoX go (it asserts
 CUDA in initialize_megatron); that failure must end the job promptly, as failed, with
 GPT-NeoX's reason.
@@ -20,10 +20,11 @@ from pathlib import Path
 
 import pytest
 
+from neoxlab.commands.check import check
+from neoxlab.commands.plan import plan_run
 from neoxlab.config.compose import compose_experiment
-from neoxlab.neox.data_helpers import build_data_helpers, build_environment
-from neoxlab.neox.launch import rank_command, rank_env
-from neoxlab.run.plan import plan_run
+from neoxlab.engines.neox.data_helpers import build_data_helpers, build_environment
+from neoxlab.engines.neox.launch import rank_command, rank_env
 from neoxlab.run.rundir import load_config
 
 NEOX_DIR = os.environ.get("NEOXLAB_TEST_NEOX_DIR")
@@ -109,7 +110,7 @@ def test_gpt_neox_starts_through_our_entry_and_a_failed_start_ends_the_job(tmp_p
         "data.source=file", f"data.path={prefix}", "data.tokenizer_type=CharLevelTokenizer",
         f"launch.results_dir={results}",
     ])
-    run_dir = plan_run(cfg, [], results)
+    run_dir = plan_run(cfg, check(cfg), [], results)
     env.update(rank_env(load_config(run_dir), run_dir), DS_ACCELERATOR="cpu",
                OMP_NUM_THREADS="1")
     mpiexec = str(Path(sys.executable).with_name("mpiexec"))

@@ -11,8 +11,8 @@ def test_omb_collectives_experiment_writes_validated_rows(results_dir):
     proc, run_dir = run_experiment(
         # 4 busy-polling MPI ranks on 2 cores: each iteration costs scheduler time slices,
         # and what is checked (validated rows of every collective) needs only a few
-        "omb_collectives", results_dir, "microbench.max_size=64", "microbench.iterations=3",
-        "microbench.warmup=1", timeout=180,
+        "omb_collectives", results_dir, "omb.max_size=64", "omb.iterations=3",
+        "omb.warmup=1", timeout=180,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert read_status(run_dir)["state"] == "completed"
@@ -25,20 +25,20 @@ def test_omb_collectives_experiment_writes_validated_rows(results_dir):
     assert "# OSU MPI" in proc.stderr + proc.stdout
 
 
-def test_bad_microbench_option_is_refused_before_anything_starts(results_dir):
-    from neoxlab.cli import main
+def test_bad_omb_option_is_refused_before_anything_starts(results_dir):
+    from neoxlab.commands.cli import main
 
-    code = main(["experiment=omb_latency", "microbench.max_size=1000",
+    code = main(["experiment=omb_latency", "omb.max_size=1000",
                  f"launch.results_dir={results_dir}"])
     assert code == 2
     assert not any(results_dir.rglob("*"))
 
 
 def test_concurrent_groups_that_do_not_divide_the_ranks_are_refused(results_dir, capsys):
-    from neoxlab.cli import main
+    from neoxlab.commands.cli import main
 
-    code = main(["experiment=omb_collectives", "microbench.groups=3",
+    code = main(["experiment=omb_collectives", "omb.groups=3",
                  f"launch.results_dir={results_dir}"])
     assert code == 2
-    assert "microbench.groups=3 with 4 ranks" in capsys.readouterr().err
+    assert "omb.groups=3 with 4 ranks" in capsys.readouterr().err
     assert not any(results_dir.rglob("*"))

@@ -15,10 +15,10 @@ import pytest
 import torch
 
 from neoxlab.config import ConfigError, ModelConfig, from_dict
+from neoxlab.engines.builtin import checkpoints
 from neoxlab.serve.distributed import init_single_process, shutdown
 from neoxlab.serve.weights import build_serve_model
 from neoxlab.serve.workload import load_traces
-from neoxlab.train import checkpoints
 from tests.integration.harness import CHECKPOINT_EVERY, TRAIN_STEPS, read_status, run_experiment
 
 STEPS, EVERY = TRAIN_STEPS, CHECKPOINT_EVERY  # checkpoints after steps EVERY and STEPS

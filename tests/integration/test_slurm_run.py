@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from neoxlab.cli import main
+from neoxlab.commands.cli import main
 from neoxlab.launch import manifest
 from tests.integration.harness import processes_of, read_metrics, read_status
 from tests.integration.slurm import cancel, wait_for_job

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from neoxlab.commands.resume import check_resumable
+from neoxlab.commands.resume import main as resume_main
 from neoxlab.config import Config, ConfigError, to_dict
+from neoxlab.engines.builtin import checkpoints
+from neoxlab.engines.builtin.data_rules import validate_checkpointing
+from neoxlab.engines.builtin.reporting import keep_metrics_up_to, metrics_up_to
 from neoxlab.run import rundir
-from neoxlab.run.resume import check_resumable
-from neoxlab.run.resume import main as resume_main
-from neoxlab.train import checkpoints
-from neoxlab.train.reporting import keep_metrics_up_to, metrics_up_to
-from neoxlab.train.rules import validate_checkpointing
 
 FIXTURE_RUN = (Path(__file__).parents[1] / "fixtures" / "runs" / "local_compare"
                / "20261201-120000_tp2-pp2-dp2_z1_none")

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
+from neoxlab.commands.check import check
 from neoxlab.config import ConfigError
-from neoxlab.config.check import check
 from neoxlab.config.compose import compose_experiment
+from neoxlab.engines.builtin.deepspeed_config import render
+from neoxlab.engines.neox.render import render_neox_config
 from neoxlab.layout import resolve_layout
-from neoxlab.neox.render import render_neox_config
-from neoxlab.train.deepspeed_config import render
 
 FP16_FP32_PAYLOADS = ["train.precision=fp16", "compression.communication_dtype=fp32"]
 

@@ -6,10 +6,10 @@ import pytest
 
 from neoxlab.comm.classify import Classifier, Grid
 from neoxlab.comm.policy import mpi_environment
+from neoxlab.commands.check import check
+from neoxlab.commands.plan import plan_run
 from neoxlab.config import ConfigError, DimCompressionConfig
-from neoxlab.config.check import check
 from neoxlab.config.compose import compose_experiment
-from neoxlab.run.plan import plan_run
 
 BAD_SCHEMES = [
     (["compression.dims.dp.compressor=zstd9"], ["compressor='zstd9'", "choose one of"]),
@@ -24,7 +24,7 @@ BAD_SCHEMES = [
 def test_bad_scheme_is_refused_before_launch(overrides, expected, results_dir):
     cfg = compose_experiment("local_mzhybrid", overrides)
     with pytest.raises(ConfigError) as info:
-        plan_run(cfg, root=results_dir)
+        plan_run(cfg, check(cfg), root=results_dir)
     for text in expected:
         assert text in str(info.value), str(info.value)
     assert not any(results_dir.rglob("*"))

@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from neoxlab.cli import main
+from neoxlab.commands.cli import main
 from neoxlab.config.compose import compose_experiment
-from neoxlab.train.rules import validate_data
+from neoxlab.engines.builtin.data_rules import validate_data
 
 
 def refused(path: Path, results_dir: Path, capsys) -> str:
@@ -50,7 +50,7 @@ def test_unreadable_data_file_is_refused(tmp_path):
     secret.chmod(0)
     cfg = compose_experiment("local_3d", ["data=file", f"data.path={secret}"])
     if os.geteuid() != 0:
-        errors = validate_data(cfg, 8)
+        errors = validate_data(cfg)
     else:  # root reads any file: check in a forked child that gave up root
         for folder in (tmp_path, *tmp_path.parents):  # pytest's folders are 0o700
             if folder.stat().st_uid == 0 and not folder.stat().st_mode & 0o001:
@@ -61,7 +61,7 @@ def test_unreadable_data_file_is_refused(tmp_path):
             try:
                 os.setgid(65534)
                 os.setuid(65534)
-                os.write(write_end, "\n".join(validate_data(cfg, 8)).encode())
+                os.write(write_end, "\n".join(validate_data(cfg)).encode())
             except BaseException as exc:  # noqa: BLE001 - reported to the parent
                 os.write(write_end, f"child failed: {exc!r}".encode())
             finally:
@@ -77,4 +77,4 @@ def test_a_usable_corpus_passes(tmp_path):
     text = tmp_path / "text.txt"
     text.write_bytes(b"abc " * 10_000)
     cfg = compose_experiment("local_3d", ["data=file", f"data.path={text}"])
-    assert validate_data(cfg, 8) == []
+    assert validate_data(cfg) == []

@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from neoxlab.cli import main
+from neoxlab.commands import resume
+from neoxlab.commands.cli import main
 from neoxlab.config.compose import compose_experiment, list_experiments
-from neoxlab.run import resume, rundir
+from neoxlab.run import rundir
 
 
 @pytest.mark.parametrize("name", list_experiments())

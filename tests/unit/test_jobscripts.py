@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from neoxlab.cli import main
+from neoxlab.commands.check import check
+from neoxlab.commands.cli import main
+from neoxlab.commands.plan import plan_run
 from neoxlab.config import ConfigError
-from neoxlab.config.check import check
 from neoxlab.config.compose import compose_experiment
 from neoxlab.files import REPO_ROOT
 from neoxlab.launch import lsf, slurm
 from neoxlab.launch.jobscript import sanitize_job_name
-from neoxlab.run.plan import plan_run
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 PAPER_192 = ["baseline_192gpu", "naive_192gpu", "hybrid_192gpu", "mzhybrid_192gpu"]
@@ -28,7 +28,7 @@ CLUSTER_EXPERIMENTS = sorted(p.stem for p in (REPO_ROOT / "experiments").glob("*
 
 def rendered(tmp_path: Path, experiment: str, overrides: list[str] = ()) -> tuple[str, Path]:
     cfg = compose_experiment(experiment, [*overrides, "launch.submit=false"])
-    run_dir = plan_run(cfg, root=tmp_path)
+    run_dir = plan_run(cfg, check(cfg), root=tmp_path)
     module = lsf if cfg.cluster.scheduler == "lsf" else slurm
     return module.render(cfg, run_dir), run_dir
 
@@ -66,7 +66,7 @@ def test_lsf_resources_follow_the_cluster_config(tmp_path):
     assert "#BSUB -G mybank\n" in text and "#BSUB -q pbatch\n" in text
     # 48 nodes x 4 GPUs: one resource set per GPU, 1 task, 40 cores / 4 = 10 cores each
     assert "jsrun -n 192 -r 4 -a 1 -c 10 -g 1 -b packed:10" in text
-    assert "-m neoxlab.train" in text
+    assert "-m neoxlab.engines.builtin" in text
 
 
 def test_slurm_resources_follow_the_cluster_config(tmp_path):
@@ -87,7 +87,8 @@ def test_every_rendered_script_is_shellcheck_clean(tmp_path, experiment, cluster
     text, run_dir = rendered(tmp_path, experiment, [f"cluster={cluster}", "cluster.nodes=48"])
     script = run_dir / "job.sh"
     script.write_text(text)
-    # -x follows `source launch/stop_on_signal.sh` (from the repo root, as the job does)
+    # -x follows the job's `source src/neoxlab/launch/templates/stop_on_signal.sh` (from the
+    # repo root, as the job does)
     out = subprocess.run(["shellcheck", "-x", "-s", "bash", str(script)], cwd=REPO_ROOT,
                          capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stdout
@@ -106,7 +107,7 @@ def test_config_values_in_scripts_cannot_execute(tmp_path):
     cfg.cluster.modules = list(values)
     cfg.cluster.activate = str(tmp_path / "activate")
     cfg.cluster.env = {f"HOSTILE{i}": value for i, value in enumerate(values)}
-    run_dir = plan_run(cfg, root=tmp_path)
+    run_dir = plan_run(cfg, check(cfg), root=tmp_path)
     (tmp_path / "activate").write_text("")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

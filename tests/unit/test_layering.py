@@ -17,22 +17,28 @@ LAYERS: dict[str, int] = {
     # 0: the bottom: schema, pure arithmetic, file helpers
     "neoxlab.files": 0, "neoxlab.comm_scratch": 0, "neoxlab.config": 0, "neoxlab.layout": 0,
     "neoxlab.metrics": 0,
-    # 1: a run dir and the per-rank frame
-    "neoxlab.run": 1,
+    # the emulated cluster's package spans the floors: its config is part of the schema, its
+    # network a library, its model sits on the performance model and its launch with launch
+    "neoxlab.emulated": 0, "neoxlab.emulated.config": 0,
+    # 1: a run dir and the per-rank frame; rank start-up (standard library only)
+    "neoxlab.run": 1, "neoxlab.forkserver": 1,
     # 2: libraries
-    "neoxlab.compress": 2, "neoxlab.comm": 2, "neoxlab.model": 2, "neoxlab.omb": 2,
-    "neoxlab.perfmodel": 2, "neoxlab.netem": 2,
-    # 3: task programs, engines, results (the registry points at these where they are)
-    "neoxlab.train": 3, "neoxlab.serve": 3, "neoxlab.neox": 3, "neoxlab.results": 3,
-    "neoxlab.omb.task": 3, "neoxlab.perfmodel.task": 3,
-    # 4: the task registry
-    "neoxlab.tasks": 4,
-    # 5: launching and scheduling
-    "neoxlab.launch": 5,
-    # 6: the top: every rule, planning, resume/status, entry points and tools
-    "neoxlab.config.check": 6, "neoxlab.run.plan": 6, "neoxlab.run.resume": 6,
-    "neoxlab.run.status": 6, "neoxlab.__main__": 6, "neoxlab.cli": 6,
-    "neoxlab.perfmodel.calibrate": 6, "neoxlab.omb.__main__": 6,
+    "neoxlab.compress": 2, "neoxlab.comm": 2, "neoxlab.omb": 2,
+    "neoxlab.emulated.cluster": 2, "neoxlab.emulated.topology": 2, "neoxlab.emulated.slurm": 2,
+    "neoxlab.emulated.wire": 2, "neoxlab.emulated.sweep": 2,
+    # 3: the engines' own code
+    "neoxlab.engines": 3,
+    # 4: the engine registry
+    "neoxlab.engines.registry": 4,
+    # 5: task programs, results and the performance model (they ask the engine registry)
+    "neoxlab.serve": 5, "neoxlab.results": 5, "neoxlab.perfmodel": 5, "neoxlab.omb.task": 5,
+    "neoxlab.emulated.model": 5,
+    # 6: the task registry
+    "neoxlab.tasks": 6,
+    # 7: launching and scheduling
+    "neoxlab.launch": 7, "neoxlab.emulated.launch": 7,
+    # 8: the commands and entry points
+    "neoxlab.commands": 8, "neoxlab.__main__": 8, "neoxlab.omb.__main__": 8,
 }
 
 
@@ -144,7 +150,7 @@ def test_the_check_catches_an_upward_import_and_a_cycle(tmp_path):
     target = copy / "neoxlab" / "compress" / "base.py"
     target.write_text(target.read_text() + "\nfrom neoxlab.launch import local  # noqa\n")
     edges = graph(copy)
-    assert "neoxlab.compress.base (layer 2) imports neoxlab.launch.local (layer 5)" in (
+    assert "neoxlab.compress.base (layer 2) imports neoxlab.launch.local (layer 7)" in (
         upward_imports(edges))
     assert any("neoxlab.compress.base" in c for c in cycles(edges))
 
@@ -153,3 +159,18 @@ def test_the_check_catches_an_upward_import_and_a_cycle(tmp_path):
 def test_the_bottom_imports_only_the_bottom(module):
     edges = graph(SRC)
     assert all(layer_of(t) == 0 for t in edges[module]), edges[module]
+
+
+def test_the_fork_server_imports_the_standard_library_only():
+    """It starts before anything else and forks every local rank: no third-party import (and
+    of neoxlab only its own package) may run in it before the task names its modules."""
+    import sys
+
+    for path in sorted((SRC / "neoxlab" / "forkserver").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+            for name in names:
+                top = name.split(".")[0]
+                assert (top in sys.stdlib_module_names or top == "__future__"
+                        or name.startswith("neoxlab.forkserver")), f"{path.name} imports {name}"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from neoxlab.commands.check import check
+from neoxlab.commands.plan import plan_run
 from neoxlab.config import ConfigError
 from neoxlab.config.compose import compose_experiment
 from neoxlab.layout import (
@@ -14,7 +16,6 @@ from neoxlab.layout import (
     total_params,
     validate,
 )
-from neoxlab.run.plan import plan_run
 
 BAD_LAYOUTS = [
     # (experiment, overrides, substrings every error message must contain)
@@ -36,7 +37,7 @@ BAD_LAYOUTS = [
 def test_bad_layout_is_refused_with_its_numbers(experiment, overrides, expected, results_dir):
     cfg = compose_experiment(experiment, overrides)
     with pytest.raises(ConfigError) as info:
-        plan_run(cfg, root=results_dir)
+        plan_run(cfg, check(cfg), root=results_dir)
     message = str(info.value)
     for text in expected:
         assert text in message, f"{text!r} missing from:\n{message}"

@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from neoxlab.commands.check import check
+from neoxlab.commands.plan import plan_run
 from neoxlab.config import ConfigError
 from neoxlab.config.compose import compose_experiment
-from neoxlab.neox.entry import gpu_local_rank, train_argv
-from neoxlab.neox.launch import LOCK_FILE, SHIM_DIR, rank_command, rank_env, read_lock
-from neoxlab.neox.metrics import collect_metrics
-from neoxlab.run.plan import plan_run
+from neoxlab.engines.neox.entry import gpu_local_rank, train_argv
+from neoxlab.engines.neox.launch import LOCK_FILE, SHIM_DIR, rank_command, rank_env, read_lock
+from neoxlab.engines.neox.metrics import collect_metrics
 from tests.conftest import REPO_ROOT
 
 LOGS = REPO_ROOT / "tests" / "fixtures" / "logs"
@@ -26,13 +27,13 @@ NEOX = ["engine=neox", "cluster.neox_dir=/gpfs/me/gpt-neox",
 @pytest.fixture
 def neox_run(results_dir) -> Path:
     cfg = compose_experiment("baseline_192gpu", [*NEOX, f"launch.results_dir={results_dir}"])
-    return plan_run(cfg, [], results_dir)
+    return plan_run(cfg, check(cfg), [], results_dir)
 
 
 def test_rank_command_and_environment(neox_run):
     cfg = compose_experiment("baseline_192gpu", NEOX)
     assert rank_command(cfg, neox_run, "/usr/bin/python3") == [
-        "/usr/bin/python3", "-m", "neoxlab.neox.entry", str(neox_run.resolve())]
+        "/usr/bin/python3", "-m", "neoxlab.engines.neox.entry", str(neox_run.resolve())]
     env = rank_env(cfg, neox_run)
     assert env["PYTHONPATH"].split(":") == [
         str(SHIM_DIR), str(REPO_ROOT / "src"), "/gpfs/me/gpt-neox"]
@@ -125,7 +126,7 @@ def test_collect_metrics_keeps_the_last_line_of_a_repeated_step(neox_run):
 
 
 def test_rank_zero_builds_gpt_neox_data_helpers_once(tmp_path):
-    from neoxlab.neox.entry import build_data_helpers
+    from neoxlab.engines.neox.entry import build_data_helpers
 
     run_dir = tmp_path / "run"
     build_data_helpers(tmp_path, run_dir)  # no megatron/data/Makefile: nothing to do

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import yaml
 
+from neoxlab.commands.check import check
+from neoxlab.commands.plan import plan_run
 from neoxlab.config.compose import compose_experiment
+from neoxlab.engines.neox.render import owned_keys, render_neox_config, to_yaml
+from neoxlab.engines.neox.rules import OWNED_BY
 from neoxlab.layout import resolve_layout
-from neoxlab.neox.render import owned_keys, render_neox_config, to_yaml
-from neoxlab.neox.rules import OWNED_BY
-from neoxlab.run.plan import plan_run
 
 NEOX_20B = [
     "engine=neox", "cluster.neox_dir=/gpfs/me/gpt-neox",
@@ -162,9 +163,10 @@ def test_every_owned_key_names_its_neoxlab_setting():
 
 def test_plan_writes_neox_yml_for_engine_neox_only(results_dir):
     cfg = compose_experiment("baseline_192gpu", [*NEOX_20B, f"launch.results_dir={results_dir}"])
-    run_dir = plan_run(cfg, [], results_dir)
+    run_dir = plan_run(cfg, check(cfg), [], results_dir)
     assert not (run_dir / "deepspeed.json").exists()
     written = yaml.safe_load((run_dir / "neox.yml").read_text())
     assert written["num_layers"] == 44 and written["load"] == str(run_dir.resolve() / "checkpoints")
-    builtin = plan_run(compose_experiment("local_3d"), [], results_dir)
+    local = compose_experiment("local_3d")
+    builtin = plan_run(local, check(local), [], results_dir)
     assert (builtin / "deepspeed.json").exists() and not (builtin / "neox.yml").exists()

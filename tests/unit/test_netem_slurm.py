@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
+from neoxlab.commands.check import check
 from neoxlab.config import ConfigError
-from neoxlab.config.check import check
 from neoxlab.config.compose import compose_experiment
-from neoxlab.config.emulated import EmulatedConfig
-from neoxlab.launch import emulated
-from neoxlab.launch.rules import validate_cluster
-from neoxlab.netem import slurm
-from neoxlab.netem.topology import Topology
-from tests.conftest import REPO_ROOT
+from neoxlab.emulated import launch as emulated
+from neoxlab.emulated import slurm
+from neoxlab.emulated.config import EmulatedConfig
+from neoxlab.emulated.launch import RANK
+from neoxlab.emulated.topology import Topology
+from neoxlab.launch.cluster_rules import validate_cluster
 
 
 def topo(nodes: int = 2, ranks_per_node: int = 2) -> Topology:
@@ -86,7 +86,7 @@ def test_rank_wrapper_enters_the_ranks_namespace(tmp_path, env, namespace):
     clean = {k: v for k, v in os.environ.items()
              if k not in ("SLURMD_NODENAME", "SLURM_LOCALID", "NEOXLAB_EMU_NODE",
                           "MPI_LOCALRANKID")}
-    out = subprocess.run(["sh", str(REPO_ROOT / "launch" / "netns_rank.sh"), "nxt", "hostname"],
+    out = subprocess.run(["sh", str(RANK), "nxt", "hostname"],
                          env={**clean, **env, "PATH": f"{tmp_path}:{os.environ['PATH']}"},
                          capture_output=True, text=True, timeout=10, check=True)
     assert out.stdout.split() == ["netns", "exec", namespace, "hostname"]
@@ -95,7 +95,7 @@ def test_rank_wrapper_enters_the_ranks_namespace(tmp_path, env, namespace):
 def test_rank_wrapper_outside_a_launcher_says_so():
     clean = {k: v for k, v in os.environ.items()
              if k not in ("SLURMD_NODENAME", "SLURM_LOCALID", "NEOXLAB_EMU_NODE")}
-    out = subprocess.run(["sh", str(REPO_ROOT / "launch" / "netns_rank.sh"), "nxt", "true"],
+    out = subprocess.run(["sh", str(RANK), "nxt", "true"],
                          env=clean, capture_output=True, text=True, timeout=10, check=False)
     assert out.returncode != 0 and "not started by netns_proxy.sh or srun" in out.stderr
 

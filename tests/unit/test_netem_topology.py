@@ -6,9 +6,9 @@ import pytest
 
 from neoxlab.config import ConfigError
 from neoxlab.config.compose import compose_experiment
-from neoxlab.config.emulated import EmulatedConfig, LinkConfig
-from neoxlab.netem.topology import Topology, build_commands, hosts_file, problems
-from neoxlab.netem.wire import accounted_between_nodes, payload_bytes, sent_factor
+from neoxlab.emulated.config import EmulatedConfig, LinkConfig
+from neoxlab.emulated.topology import Topology, build_commands, hosts_file, problems
+from neoxlab.emulated.wire import accounted_between_nodes, payload_bytes, sent_factor
 
 
 def topo(**links) -> Topology:
@@ -74,7 +74,7 @@ def test_problems_name_the_value_and_the_fix():
 
 
 def test_experiment_refuses_bad_links_before_planning(tmp_path):
-    from neoxlab.cli import check_scheduler
+    from neoxlab.commands.cli import check_scheduler
 
     cfg = compose_experiment("emulated_2x2", ["cluster.emulated.inter.rate_mbit=-5",
                                               "launch.submit=false"])

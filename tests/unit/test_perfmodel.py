@@ -11,12 +11,12 @@ import sys
 import pytest
 
 from neoxlab import metrics
+from neoxlab.commands.calibrate import fit_compute
 from neoxlab.config import ConfigError
 from neoxlab.config.compose import compose_experiment
 from neoxlab.config.profile import CodecProfile, LinkProfile, PerfProfile
 from neoxlab.layout import resolve_layout
 from neoxlab.perfmodel import costs, traffic
-from neoxlab.perfmodel.calibrate import fit_compute
 from neoxlab.perfmodel.fit import fit_alpha_beta
 from neoxlab.perfmodel.predict import COMPONENTS, codec_for, predict
 from neoxlab.perfmodel.resolve import resolve_profile
@@ -324,4 +324,4 @@ def test_external_load_leaves_out_our_own_helper_threads():
     assert Load(stretch=1.0, runnable=2.0, helpers=0.5).external(2) == 0.0
 
 
-# The sampler against a spinning helper thread is timing-dependent: bench/perfmodel_validation.py
+# The sampler against a spinning helper thread is timing-dependent: studies/perfmodel_validation.py

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from neoxlab.config.profile import LinkProfile
+from neoxlab.emulated import model as em
 from neoxlab.layout import resolve_layout
-from neoxlab.perfmodel import emulated as em
 from neoxlab.perfmodel import predict
 from neoxlab.perfmodel.fit import BANDWIDTH_BENCHMARKS, fit_alpha_beta, steps_and_bytes
 from neoxlab.perfmodel.predict import _predict, codec_on_path, slowdowns
@@ -145,7 +145,7 @@ def test_the_uplink_fit_takes_the_rate_large_messages_sustain_after_the_first_bu
                                  for b in BANDWIDTH_BENCHMARKS])
     assert every_size.bandwidth_gbs > 1.05 * 0.0038
     short = sweep_rows(1 << 20, 1 << 20, fast_gbs=0.005, slow_gbs=0.0038, nodes=2)
-    with pytest.raises(ValueError, match="microbench.max_size=4194304"):
+    with pytest.raises(ValueError, match="omb.max_size=4194304"):
         em.fit_rate(short)
 
 

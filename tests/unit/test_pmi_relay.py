@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 
-from neoxlab.run import pmi_relay
+from neoxlab.launch import pmi_relay
 
 MAXES = b"cmd=maxes rc=0 kvsname_max=256 keylen_max=64 vallen_max=1024\n"
 
@@ -83,7 +83,7 @@ sys.exit(int(sys.argv[1]))
 
 
 def _start(args: list[str], env: dict[str, str], pass_fds=()) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "neoxlab.run.pmi_relay", *args], env=env,
+    return subprocess.Popen([sys.executable, "-m", "neoxlab.launch.pmi_relay", *args], env=env,
                             pass_fds=pass_fds, stdout=subprocess.PIPE, text=True)
 
 

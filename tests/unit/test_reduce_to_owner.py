@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from neoxlab.commands.check import check
 from neoxlab.config import ConfigError
-from neoxlab.config.check import check
 from neoxlab.config.compose import compose_experiment
-from neoxlab.train.deepspeed_config import render
+from neoxlab.engines.builtin.deepspeed_config import render
 
 
 def test_deepspeed_reduces_partitions_to_owners_only_when_asked():

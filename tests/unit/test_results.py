@@ -11,8 +11,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from neoxlab.engines.neox.logs import parse_neox_log
 from neoxlab.results import tables as collect
-from neoxlab.results.load import describe_compressor, load_run, parse_neox_log, smooth
+from neoxlab.results.load import describe_compressor, load_run, smooth
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 LOGS = FIXTURES / "logs"

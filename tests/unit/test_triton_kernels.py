@@ -1,5 +1,5 @@
 """The fused Triton kernels against the torch reference codecs, bit for bit, on CPU tensors
-under Triton's interpreter (on a GPU, bench/device_check.sh runs the same checks on CUDA).
+under Triton's interpreter (on a GPU, bench/device/device_check.sh runs the same checks on CUDA).
 
 NaN payloads are not compared bit for bit (CPUs and GPUs write different NaN bits, and
 so does torch on either); a NaN must meet a NaN.

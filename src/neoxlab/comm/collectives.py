@@ -56,7 +56,7 @@ class Timed:
     """Adds the duration of its block to cost.<attr>: host clock for CPU work, CUDA events
     (no synchronization) for work queued on a GPU. Host-timed blocks also keep their
     wall-clock start (cost.spans), so the ranks' codec and wire phases can be lined up
-    across processes (bench/codec_overlap.py)."""
+    across processes (studies/codec_overlap.py)."""
 
     def __init__(self, cost: Cost, attr: str, device: torch.device):
         self.cost, self.attr, self.cuda = cost, attr, device.type == "cuda"

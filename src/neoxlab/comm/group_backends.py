@@ -27,8 +27,9 @@ CHOICES = ("mpi",)  # engine.group_backends values (anything else: the world's b
 _AXIS_DIM = {"dp": "dp", "tp": "tp", "pipe": "pp"}
 
 
-def validate_group_backends(backends: dict[str, str], engine: str) -> list[str]:
-    """engine.group_backends problems, each with the value, the rule and the fix."""
+def validate_group_backends(backends: dict[str, str], routes_groups: bool) -> list[str]:
+    """engine.group_backends problems, each with the value, the rule and the fix
+    (routes_groups: the engine builds its groups through GroupRouter)."""
     errors = []
     for dim, choice in backends.items():
         if dim in NOT_ROUTABLE:
@@ -40,10 +41,10 @@ def validate_group_backends(backends: dict[str, str], engine: str) -> list[str]:
         if choice not in CHOICES:
             errors.append(f"engine.group_backends.{dim}='{choice}' is not one of "
                           f"{list(CHOICES)}; drop the key to keep the world's backend")
-    if backends and engine != "builtin":
-        errors.append(f"engine.group_backends={dict(backends)} needs engine.name=builtin "
-                      f"(engine '{engine}' builds its groups without neoxlab's router); "
-                      "drop engine.group_backends")
+    if backends and not routes_groups:
+        errors.append(f"engine.group_backends={dict(backends)} needs engine=builtin (this "
+                      "engine builds its groups without neoxlab's router); drop "
+                      "engine.group_backends")
     return errors
 
 

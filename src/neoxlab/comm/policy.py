@@ -1,5 +1,5 @@
 """A compression scheme as per-dimension policies, and the MPI library's switches (its rules:
-comm/rules.py)."""
+comm/compression_rules.py)."""
 
 from __future__ import annotations
 

@@ -15,8 +15,8 @@ from neoxlab.config.schema import (
     EngineConfig,
     LaunchConfig,
     LoggerConfig,
-    MicrobenchConfig,
     ModelConfig,
+    OmbConfig,
     ParallelConfig,
     ServeConfig,
     TaskConfig,
@@ -30,7 +30,7 @@ from neoxlab.config.schema import (
 __all__ = [
     "COMPRESSIBLE_DIMS", "DIMS", "Dim",
     "ClusterConfig", "CompressionConfig", "Config", "ConfigError", "DataConfig",
-    "DimCompressionConfig", "EngineConfig", "LaunchConfig", "LoggerConfig", "MicrobenchConfig",
+    "DimCompressionConfig", "EngineConfig", "LaunchConfig", "LoggerConfig", "OmbConfig",
     "ModelConfig", "ParallelConfig", "ServeConfig", "TaskConfig", "TrainConfig", "ZeroConfig",
     "from_dict", "to_dict", "to_structured",
 ]

@@ -2,7 +2,7 @@
 
 Plain dataclasses with defaults only, part of the config schema; every value in a cluster
 YAML carries its source in a comment. A profile may name a calibration JSON (written by
-`python -m neoxlab.perfmodel.calibrate`) whose values replace the YAML ones.
+`python -m neoxlab.commands.calibrate`) whose values replace the YAML ones.
 """
 
 from __future__ import annotations

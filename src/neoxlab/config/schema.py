@@ -13,8 +13,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
-from neoxlab.config.emulated import EmulatedConfig
 from neoxlab.config.profile import PerfProfile
+from neoxlab.emulated.config import EmulatedConfig
 
 
 class Dim(StrEnum):
@@ -33,7 +33,7 @@ COMPRESSIBLE_DIMS = tuple(d.value for d in Dim if d is not Dim.OTHER)
 
 @dataclass
 class TaskConfig:
-    name: str = "train"  # train | microbench | serve | predict
+    name: str = "train"  # train | omb | serve | predict
 
 
 @dataclass
@@ -131,7 +131,7 @@ class ClusterConfig:
     mpi_library: str = "mpich"
     extra: dict[str, str] = field(default_factory=dict)  # more scheduler options, name: value
     profile: PerfProfile | None = None  # hardware profile for task=predict (perfmodel)
-    emulated: EmulatedConfig | None = None  # nodes and links emulated on this machine (netem/)
+    emulated: EmulatedConfig | None = None  # nodes and links emulated on this machine (emulated/)
 
 
 @dataclass
@@ -186,8 +186,8 @@ class TrainConfig:
 
 
 @dataclass
-class MicrobenchConfig:
-    """task=microbench: OSU-style benchmarks run by neoxlab.omb inside the harness."""
+class OmbConfig:
+    """task=omb: OSU-style benchmarks run by neoxlab.omb inside the harness."""
 
     benchmarks: list[str] = field(default_factory=lambda: ["latency"])
     buffer: str = "numpy"
@@ -288,7 +288,7 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
-    microbench: MicrobenchConfig = field(default_factory=MicrobenchConfig)
+    omb: OmbConfig = field(default_factory=OmbConfig)
     launch: LaunchConfig = field(default_factory=LaunchConfig)
     serve: ServeConfig = field(default_factory=ServeConfig)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from neoxlab.train.preemption import stop_request_file
+from neoxlab.engines.builtin.preemption import stop_request_file
 
 RANK_MARKERS = ("rank*.pid", "rank*.done", "rank*.error.json")
 

@@ -14,12 +14,12 @@ import sys
 from pathlib import Path
 
 from neoxlab.config import Config, ConfigError
+from neoxlab.engines.builtin.preemption import stop_request_file
 from neoxlab.files import REPO_ROOT
 from neoxlab.launch.ranks import rank_command, rank_env
 from neoxlab.run import rundir
-from neoxlab.train.preemption import stop_request_file
 
-TEMPLATE_DIR = REPO_ROOT / "launch"
+TEMPLATE_DIR = Path(__file__).with_name("templates")
 _PLACEHOLDER = re.compile(r"\{\{\s*([a-z_]+)\s*\}\}")
 DIRECTIVE_VALUE = re.compile(r"^[A-Za-z0-9_.,:@%/+=-]+$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -15,11 +15,11 @@ import sys
 from pathlib import Path
 
 from neoxlab.config import Config
+from neoxlab.engines.registry import engine_of
 from neoxlab.launch import hostfile, manifest
 from neoxlab.launch.attempt import clear_previous_attempt
 from neoxlab.launch.failure import diagnose
 from neoxlab.launch.submit import submit_and_record
-from neoxlab.neox.metrics import collect_metrics
 from neoxlab.run import rundir
 
 
@@ -44,8 +44,9 @@ def begin(run_dir: Path, env: dict[str, str]) -> None:
 
 def end(run_dir: Path, code: int) -> None:
     cfg = rundir.load_config(run_dir)
-    if cfg.engine.name == "neox":
-        collect_metrics(run_dir)
+    after_job = engine_of(cfg).after_job
+    if after_job is not None:
+        after_job(run_dir)
     state = rundir.read_json(run_dir / "status.json").get("state")
     if state == "preempted":  # the ranks checkpointed on the pre-walltime signal
         requeue(cfg, run_dir)

@@ -18,12 +18,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from neoxlab.config import Config
+from neoxlab.engines.registry import engine_of
+from neoxlab.forkserver import server as forkserver
 from neoxlab.launch import shm
 from neoxlab.launch.attempt import clear_previous_attempt
 from neoxlab.launch.failure import RankWatch, diagnose, fatal_startup
 from neoxlab.launch.ranks import rank_command, rank_env
 from neoxlab.layout import world_size
-from neoxlab.run import forkserver, rundir
+from neoxlab.run import rundir
 from neoxlab.run.progress import LastFrames, child_env
 from neoxlab.run.rankjob import PREEMPTED_EXIT
 from neoxlab.tasks import TASKS
@@ -57,7 +59,7 @@ def rank_program(cfg: Config, run_dir: Path, server: str | None) -> list[str]:
     if server is None:
         return command
     python, _, module, *args = command  # python -m <module> <args>
-    return [python, "-m", "neoxlab.run.forked_rank", server, module, *args]
+    return [python, "-m", "neoxlab.forkserver.forked_rank", server, module, *args]
 
 
 def mpiexec_command(cfg: Config, run_dir: Path, server: str | None) -> list[str]:
@@ -65,8 +67,9 @@ def mpiexec_command(cfg: Config, run_dir: Path, server: str | None) -> list[str]
 
 
 def uses_forkserver(cfg: Config) -> bool:
-    """Builtin tasks: not GPT-NeoX, whose entry sets up its own interpreter."""
-    return cfg.launch.rank_start == "forkserver" and cfg.engine.name != "neox"
+    """Engines whose ranks can share one pre-imported process (not GPT-NeoX, whose entry sets
+    up its own interpreter)."""
+    return cfg.launch.rank_start == "forkserver" and engine_of(cfg).forkable
 
 
 @contextlib.contextmanager

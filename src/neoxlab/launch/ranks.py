@@ -1,32 +1,21 @@
-"""What every rank runs and with which environment, the same for mpiexec, jsrun and srun."""
+"""What every rank runs and with which environment, the same for mpiexec, jsrun and srun: the
+engine's command for the task's rank program, and the engine's variables."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from neoxlab.comm.policy import mpi_environment
 from neoxlab.config import Config
-from neoxlab.files import REPO_ROOT
-from neoxlab.neox import launch as neox
+from neoxlab.engines.registry import engine_of
 from neoxlab.tasks import TASKS
 
 
 def rank_command(cfg: Config, run_dir: Path, python: str) -> list[str]:
-    if cfg.engine.name == "neox":
-        return neox.rank_command(cfg, run_dir, python)
-    return [python, "-m", TASKS[cfg.task.name].rank_module, str(run_dir)]
+    module = TASKS[cfg.task.name].rank_module
+    assert module is not None, f"task '{cfg.task.name}' launches no ranks"
+    return engine_of(cfg).rank_command(cfg, run_dir, python, module)
 
 
 def rank_env(cfg: Config, run_dir: Path) -> dict[str, str]:
     """Variables the ranks need on top of the site's environment."""
-    if cfg.engine.name == "neox":
-        return neox.rank_env(cfg, run_dir)
-    env = {
-        "OMP_NUM_THREADS": str(cfg.engine.torch_threads),
-        "PYTHONUNBUFFERED": "1",
-        "PYTHONPATH": str(REPO_ROOT / "src"),
-    }
-    if cfg.cluster.device == "cpu":
-        env["DS_ACCELERATOR"] = "cpu"
-    env.update(mpi_environment(cfg.compression))  # only when the MPI library compresses
-    return env
+    return engine_of(cfg).rank_env(cfg, run_dir)

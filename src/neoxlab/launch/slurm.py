@@ -8,9 +8,8 @@ import subprocess
 from pathlib import Path
 
 from neoxlab.config import Config
-from neoxlab.launch import jobscript
+from neoxlab.launch import jobscript, pmi_relay
 from neoxlab.launch.ranks import rank_command
-from neoxlab.run import pmi_relay
 
 SCRIPT_NAME = "job.sbatch"
 SUBMIT = "sbatch"
@@ -35,7 +34,7 @@ def render(cfg: Config, run_dir: Path) -> str:
             *[(f"--{k}=", v) for k, v in c.extra.items()],
         ]),
     )
-    if c.mpi == "pmi2":  # its plugin misreads MPICH's longest PMI-1 lines (run/pmi_relay.py)
+    if c.mpi == "pmi2":  # its plugin misreads MPICH's longest PMI-1 lines (launch/pmi_relay.py)
         python = jobscript.python_of(cfg)
         relayed = pmi_relay.command(rank_command(cfg, run_dir.resolve(), python), python)
         values["rank_command"] = jobscript.command_line(relayed)

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from neoxlab.config import Config
-from neoxlab.launch import manifest, scheduler_module
+from neoxlab.launch import manifest
+from neoxlab.launch.schedulers import scheduler_module
 from neoxlab.run import rundir
 
 

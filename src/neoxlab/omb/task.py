@@ -22,7 +22,7 @@ from neoxlab.run.rankjob import run_rank
 
 
 def options_for(cfg: Config, benchmark: str) -> OmbOptions:
-    m = cfg.microbench
+    m = cfg.omb
     return OmbOptions(
         benchmark=benchmark, buffer=m.buffer, backend=m.backend, dtype=m.dtype,
         min_size=m.min_size, max_size=m.max_size, iterations=m.iterations, warmup=m.warmup,
@@ -32,23 +32,23 @@ def options_for(cfg: Config, benchmark: str) -> OmbOptions:
 
 def rules(cfg: Config, world: int) -> list[str]:
     """Every benchmark's options, checked as the ranks would check them, before any starts."""
-    k = cfg.microbench.groups
+    k = cfg.omb.groups
     if k < 1 or world % k:
-        return [f"microbench.groups={k} with {world} ranks: the ranks split into equal "
+        return [f"omb.groups={k} with {world} ranks: the ranks split into equal "
                 "concurrent groups, so groups must be >= 1 and divide the rank count; set "
-                f"microbench.groups to a divisor of {world}"]
+                f"omb.groups to a divisor of {world}"]
     errors = []
-    for benchmark in cfg.microbench.benchmarks:
+    for benchmark in cfg.omb.benchmarks:
         try:
             check_options(options_for(cfg, benchmark), world // k)
         except OptionError as exc:
-            errors.append(f"microbench ({benchmark}): {exc}")
+            errors.append(f"omb ({benchmark}): {exc}")
     return errors
 
 
 def my_group(cfg: Config, comm):
-    """This rank's communicator: the world, or its concurrent group (microbench.groups)."""
-    k = cfg.microbench.groups
+    """This rank's communicator: the world, or its concurrent group (omb.groups)."""
+    k = cfg.omb.groups
     return comm if k == 1 else comm.Split(comm.Get_rank() % k, comm.Get_rank())
 
 
@@ -75,8 +75,8 @@ def lockstep(rows: Iterator[Row], world, concurrent: int
 def run(cfg: Config, run_dir: Path, world, terminal) -> int:
     comm = my_group(cfg, world)
     rank, size = world.Get_rank(), comm.Get_size()
-    concurrent = cfg.microbench.groups
-    all_options = [options_for(cfg, b) for b in cfg.microbench.benchmarks]
+    concurrent = cfg.omb.groups
+    all_options = [options_for(cfg, b) for b in cfg.omb.benchmarks]
     for opts in all_options:  # every benchmark's options checked before any runs
         check_options(opts, size)
     failures = 0

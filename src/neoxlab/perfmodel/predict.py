@@ -205,7 +205,7 @@ def codec_on_path(codec_s: float, idle_wire_s: float, slow_path: float,
     what the cores can push) carries their segments, they leave the cores free. So the codec
     is slowed by its own group and by the other ranks only for the codec's share of their
     collective (codec / (codec + idle wire)). Measured from the ranks' timelines
-    (bench/codec_overlap.py) on the emulated sweep, 4 ranks on 2 cores: a DP codec took
+    (studies/codec_overlap.py) on the emulated sweep, 4 ranks on 2 cores: a DP codec took
     1.1-1.6x its one-thread time in 2x2 (2 DP groups) at 80 and 40 Mbit/s, 1.4-2.0x in 4x1
     (one group of 4) at every rate. No idle wire (links inside a node, the bare veths):
     the plain slowdown. A reduce to owners sends its payloads one at a time, so its ranks

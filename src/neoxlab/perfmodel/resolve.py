@@ -45,7 +45,7 @@ def resolve_profile(cfg: Config) -> Resolved:
         origin = f"{path} ({profile.source})"
     elif path is not None:
         origin += (f"; calibration {path} not found, so the YAML values are used "
-                   "(make it with `python -m neoxlab.perfmodel.calibrate`)")
+                   "(make it with `python -m neoxlab.commands.calibrate`)")
     errors = check_profile(profile, name)
     if errors:
         raise ConfigError(f"cluster '{name}' profile is not usable for task=predict:\n"
@@ -60,10 +60,10 @@ def merge_calibration(base: PerfProfile, path: Path) -> PerfProfile:
         merged = OmegaConf.merge(OmegaConf.structured(base), data["profile"])
     except (OSError, ValueError, KeyError) as exc:
         raise ConfigError(f"calibration file {path} is unreadable ({exc}); rerun "
-                          "`python -m neoxlab.perfmodel.calibrate` or delete it") from None
+                          "`python -m neoxlab.commands.calibrate` or delete it") from None
     except (ConfigKeyError, ValidationError) as exc:
         raise ConfigError(f"calibration file {path} does not fit the profile schema ({exc}); "
-                          "rerun `python -m neoxlab.perfmodel.calibrate`") from None
+                          "rerun `python -m neoxlab.commands.calibrate`") from None
     return OmegaConf.to_object(merged)  # type: ignore[return-value]
 
 

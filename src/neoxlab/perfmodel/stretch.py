@@ -74,7 +74,7 @@ class Load:
         return max(0.0, self.others(cores))
 
 
-STARTERS = {"neoxlab.run.forkserver", "neoxlab.run.forked_rank"}  # run/forkserver.py
+STARTERS = {"neoxlab.forkserver.server", "neoxlab.forkserver.forked_rank"}  # forkserver/server.py
 
 
 class Sampler:

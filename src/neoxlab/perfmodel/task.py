@@ -29,7 +29,7 @@ PREDICTIONS_DIR = "predictions"  # under launch.results_dir; `make collect` skip
 
 
 def run_predict(cfg: Config, configs: list[Config], argv: list[str]) -> int:
-    """The members (checked by the caller, config/check.py) each given a profile before
+    """The members (checked by the caller, commands/check.py) each given a profile before
     anything is written; then predicted, tabled and drawn."""
     resolved = [resolve_profile(member) for member in configs]
     preds = [predict(m, r.profile, r.origin) for m, r in zip(configs, resolved, strict=True)]

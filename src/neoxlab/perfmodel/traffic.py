@@ -26,6 +26,7 @@ import math
 from dataclasses import dataclass
 
 from neoxlab.config import Config
+from neoxlab.engines.registry import engine_of
 from neoxlab.layout import Layout, estimate_memory
 
 HALF = ("fp16", "bf16")
@@ -73,7 +74,7 @@ def stage_shape(cfg: Config, layout: Layout) -> Shape:
 
 def forward_allreduces_per_layer(cfg: Config) -> int:
     """GPT-NeoX reduces attention + MLP once with parallel residual; the builtin model twice."""
-    if cfg.engine.name == "neox" and cfg.model.parallel_residual:
+    if engine_of(cfg).fused_parallel_residual and cfg.model.parallel_residual:
         return 1
     return 2
 

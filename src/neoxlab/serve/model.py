@@ -30,9 +30,9 @@ import torch.nn.functional as F
 from megatron.core import parallel_state
 
 from neoxlab.config import ModelConfig
-from neoxlab.model.layers import TransformerLayer, head_dim, rotary_dim
-from neoxlab.model.pipe import layer_specs
-from neoxlab.model.rotary import rotary_tables
+from neoxlab.engines.builtin.model.layers import TransformerLayer, head_dim, rotary_dim
+from neoxlab.engines.builtin.model.pipe import layer_specs
+from neoxlab.engines.builtin.model.rotary import rotary_tables
 from neoxlab.serve import native_attention, packed_linear
 from neoxlab.serve.cache import KVCache
 
@@ -150,7 +150,7 @@ class ServeModel(torch.nn.Module):
         Every bucket up to `rows` is compiled here, so that no timed step compiles; returns
         the seconds that took. On this CPU it does not pay: a compiled call costs about what
         fusing a block's elementwise ops saves, and products and attention, most of a step,
-        are the same ops (bench/flover.py --compile-decode)."""
+        are the same ops (studies/flover.py --compile-decode)."""
         self.compiled = None
         if not (on and self.lean and self.tp == 1):
             return 0.0

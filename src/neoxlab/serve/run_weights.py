@@ -19,9 +19,10 @@ from pathlib import Path
 import torch
 
 from neoxlab.config import Config, ConfigError, ModelConfig
+from neoxlab.engines.builtin import checkpoints
+from neoxlab.engines.registry import engine_of
 from neoxlab.layout import padded_vocab_size
 from neoxlab.run import rundir
-from neoxlab.train import checkpoints
 
 PREFIX = "run:"
 # What must agree between the run and serve's cfg.model for the weights to fit and mean
@@ -72,9 +73,10 @@ def find_checkpoint(run_dir: Path, serve_model: ModelConfig) -> RunCheckpoint:
     ConfigError naming the problem and the fix otherwise."""
     cfg = _run_config(run_dir)
     where = f"serve.weights=run:{run_dir}"
-    if cfg.task.name != "train" or cfg.engine.name != "builtin":
+    engine = cfg.engine.name
+    if cfg.task.name != "train" or not engine_of(cfg).checkpoints:
         raise ConfigError(
-            f"{where} is a '{cfg.task.name}' run on engine '{cfg.engine.name}'; serve loads "
+            f"{where} is a '{cfg.task.name}' run on engine '{engine}'; serve loads the "
             "checkpoints of builtin training runs (task=train, engine=builtin)")
     differ = shape_mismatch(cfg.model, serve_model)
     if differ:

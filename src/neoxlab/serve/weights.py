@@ -16,8 +16,8 @@ from pathlib import Path
 import torch
 
 from neoxlab.config import ConfigError, ModelConfig
+from neoxlab.engines.builtin.model.hf_convert import load_into_pipeline
 from neoxlab.layout import padded_vocab_size
-from neoxlab.model.hf_convert import load_into_pipeline
 from neoxlab.serve.model import ServeModel
 from neoxlab.serve.run_weights import find_checkpoint, load_run_weights, run_dir_of
 

@@ -13,14 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from neoxlab.config import Config
+from neoxlab.engines.registry import engine_of
 from neoxlab.layout import Layout
-from neoxlab.neox.render import write_neox_yml
-from neoxlab.omb import task as microbench
+from neoxlab.omb import task as omb
 from neoxlab.perfmodel import task as predict
-from neoxlab.run import rundir
 from neoxlab.serve.rules import validate_serve
-from neoxlab.train.deepspeed_config import render as render_deepspeed
-from neoxlab.train.rules import validate_data
 
 Rules = Callable[[Config, int], list[str]]  # (config, world size) -> every violated rule
 
@@ -34,7 +31,7 @@ class Task:
     run: Callable[[Config, list[Config], list[str]], int] | None = None
     member_overrides: tuple[str, ...] = ()  # added when composing a comparison's members
     table: str = "summary.md"  # results/tables/<exp>.<table>, printed after a local run
-    # imported once by the local fork server before it forks the ranks (run/forkserver.py)
+    # imported once by the local fork server before it forks the ranks (forkserver/server.py)
     warm_imports: tuple[str, ...] = ()
 
 
@@ -46,20 +43,18 @@ def _serve_rules(cfg: Config, world: int) -> list[str]:
     return validate_serve(cfg)
 
 
-def _train_files(cfg: Config, layout: Layout, run_dir: Path) -> None:
+def _engine_files(cfg: Config, layout: Layout, run_dir: Path) -> None:
     """The engine's own config: DeepSpeed's JSON (builtin) or GPT-NeoX's YAML (neox)."""
-    if cfg.engine.name == "neox":
-        write_neox_yml(cfg, layout, run_dir)
-    else:
-        rundir.write_json(run_dir / "deepspeed.json", render_deepspeed(cfg, layout))
+    engine_of(cfg).files(cfg, layout, run_dir)
 
 
 TASKS: dict[str, Task] = {
-    "train": Task(rules=validate_data, rank_module="neoxlab.train", plan=_train_files,
-                  warm_imports=("neoxlab.train.program", "neoxlab.model.pipe", "deepspeed")),
+    "train": Task(rules=_no_rules, rank_module="neoxlab.engines.builtin", plan=_engine_files,
+                  warm_imports=("neoxlab.engines.builtin.program",
+                                "neoxlab.engines.builtin.model.pipe", "deepspeed")),
     "serve": Task(rules=_serve_rules, rank_module="neoxlab.serve", table="serve.csv",
                   warm_imports=("neoxlab.serve.program",)),
-    "microbench": Task(rules=microbench.rules, rank_module="neoxlab.omb.task"),
+    "omb": Task(rules=omb.rules, rank_module="neoxlab.omb.task"),
     "predict": Task(rules=_no_rules, run=predict.run_predict,
                     member_overrides=("task=predict",)),
 }

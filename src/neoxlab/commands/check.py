@@ -1,0 +1,65 @@
+"""The one place every rule runs: layout, cluster, compression, checkpointing, engine, task.
+
+Each rule lives beside the code it protects and returns its violations as text (value, rule,
+fix); check() gathers them all, so a bad experiment is refused in one round, before any run
+dir, job or rank exists. It sits above every rule module (nothing below imports it).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+from neoxlab import layout
+from neoxlab.comm.compression_rules import validate_compression
+from neoxlab.comm.group_backends import validate_group_backends
+from neoxlab.config import Config, ConfigError
+from neoxlab.engines.builtin.data_rules import validate_checkpointing
+from neoxlab.engines.registry import engine_of, unknown_engine
+from neoxlab.files import disk_full
+from neoxlab.launch.cluster_rules import validate_cluster
+from neoxlab.tasks import TASKS
+
+
+def problems(cfg: Config) -> list[str]:
+    """Every violated rule; empty when the experiment can run."""
+    errors = layout.basic_errors(cfg) + unknown_engine(cfg)
+    if cfg.task.name not in TASKS:
+        errors.append(f"task.name='{cfg.task.name}' is not one of {list(TASKS)}; pick one of "
+                      "them (a new task is one line in neoxlab/tasks/__init__.py)")
+    if errors:  # the rules below need positive sizes, a known task and a known engine
+        return errors
+    world = layout.world_size(cfg)
+    errors = layout.validate(cfg)
+    errors += validate_checkpointing(cfg, world)
+    errors += validate_compression(cfg)
+    engine = engine_of(cfg)
+    errors += validate_group_backends(cfg.engine.group_backends, engine.routes_groups)
+    errors += TASKS[cfg.task.name].rules(cfg, world)
+    errors += validate_cluster(cfg)
+    errors += engine.rules(cfg)
+    return errors or layout.memory_errors(cfg)
+
+
+def check(cfg: Config) -> layout.Layout:
+    """The layout of a runnable experiment; ConfigError listing every problem otherwise."""
+    errors = problems(cfg)
+    if errors:
+        raise ConfigError(layout.format_errors(cfg.experiment, errors))
+    return layout.resolve_layout(cfg)
+
+
+def exit_on_config_error(main: Callable[[], int]) -> int:
+    """Run an entry point; a ConfigError becomes one `[neoxlab] error` line and exit code 2,
+    a full disk one line naming the folder and its free space, exit code 1 (no traceback)."""
+    try:
+        return main()
+    except ConfigError as exc:
+        print(f"[neoxlab] error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        line = disk_full(exc)
+        if line is None:
+            raise
+        print(f"\n[neoxlab] error: {line}", file=sys.stderr)  # after a progress bar's line
+        return 1

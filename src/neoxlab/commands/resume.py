@@ -1,0 +1,127 @@
+"""Continue a training run: `python -m neoxlab resume <run_dir>` (make resume RUN=...);
+`python -m neoxlab.commands.resume <run_dir>` does the same without neoxlab.__main__'s spare.
+
+Relaunches the ranks on the same run dir (never a new one): locally with mpiexec, or, for a
+cluster run, by resubmitting the run dir's job script from the login node. The ranks resume
+by themselves from the newest usable checkpoint in it (see
+neoxlab.engines.builtin.program). The checks here only refuse what cannot or need
+not be resumed, before anything starts.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+from neoxlab.commands.check import check, exit_on_config_error
+from neoxlab.commands.here import run_here
+from neoxlab.commands.status import live_ranks, report
+from neoxlab.config import Config, ConfigError
+from neoxlab.engines.builtin import checkpoints
+from neoxlab.engines.builtin.reporting import metrics_up_to
+from neoxlab.engines.registry import engine_of
+from neoxlab.launch.manifest import read as read_manifest
+from neoxlab.launch.schedulers import scheduler_module
+from neoxlab.launch.slurm import local_slurm_refusal
+from neoxlab.launch.submit import submit_from_login
+from neoxlab.run import rundir
+
+USAGE = "usage: python -m neoxlab resume <run_dir>   (make resume RUN=results/<exp>/<run_id>)"
+
+
+def check_resumable(run_dir: Path) -> Config:
+    """The run's config, or ConfigError saying why this dir cannot be resumed here."""
+    if not run_dir.is_dir():
+        raise ConfigError(f"{run_dir} is not a directory; give a run dir, "
+                          "e.g. make resume RUN=results/<experiment>/<run_id>")
+    missing = [n for n in ("config.json", "status.json") if not (run_dir / n).is_file()]
+    if missing:
+        raise ConfigError(
+            f"{run_dir} is not a run dir (no {' or '.join(missing)}); give a directory that "
+            "`make run` created: results/<experiment>/<run_id>"
+        )
+    cfg = rundir.load_config(run_dir)
+    check(cfg)  # a config.json edited into an invalid one is refused here
+    if cfg.task.name != "train" or not engine_of(cfg).checkpoints:
+        engine = cfg.engine.name
+        raise ConfigError(
+            f"{run_dir} is a task={cfg.task.name} engine={engine} run; only builtin "
+            "training runs have checkpoints to resume; start a new run with make run"
+        )
+    if cfg.cluster.scheduler == "local":
+        alive = live_ranks(run_dir)
+        if alive:
+            raise ConfigError(f"{run_dir} is still running (rank pids {alive}); wait for it "
+                              "to end or stop it first")
+    else:
+        check_no_live_job(cfg, run_dir)
+    status = rundir.read_json(run_dir / "status.json")
+    if status.get("state") == "completed":  # a failure after the last step is not complete
+        done, _ = metrics_up_to(run_dir / "metrics.jsonl", cfg.train.steps)
+        raise ConfigError(
+            f"{run_dir} already completed all {cfg.train.steps} steps ({len(done)} in "
+            "metrics.jsonl); nothing to resume (start a new run with make run, e.g. with a "
+            "larger train.steps)"
+        )
+    return cfg
+
+
+def check_no_live_job(cfg: Config, run_dir: Path) -> None:
+    """A cluster run's newest job must have ended, and this machine must be able to submit."""
+    refusal = local_slurm_refusal(cfg)
+    if refusal:
+        raise ConfigError(f"{run_dir}: {refusal}")
+    scheduler = scheduler_module(cfg.cluster.scheduler)
+    if shutil.which(scheduler.SUBMIT) is None:
+        raise ConfigError(
+            f"{run_dir} ran on cluster '{cfg.cluster.name}', which submits with "
+            f"{scheduler.SUBMIT}; not on this machine: run make resume on its login node"
+        )
+    jobs = [e for e in read_manifest(run_dir.parent.parent, cfg.experiment)
+            if e.get("run_id") == run_dir.name and e.get("job_id")]
+    if jobs:
+        state = scheduler.job_state(jobs[-1]["job_id"])
+        if state.split()[0] in scheduler.LIVE_STATES:
+            raise ConfigError(f"{run_dir}: its job {jobs[-1]['job_id']} is {state}; wait for "
+                              "it to end (or cancel it) before resuming")
+
+
+def resubmit(cfg: Config, run_dir: Path) -> int:
+    """Submit the run dir's own job script again; its ranks resume from the checkpoints."""
+    rundir.set_status(run_dir, rundir.State.SUBMITTED, resumed=True)
+    return submit_from_login(cfg, run_dir, "resubmitted as", "resubmission failed: {exc}",
+                             resumed=True)
+
+
+def plan_line(run_dir: Path, cfg: Config) -> str:
+    found = checkpoints.scan(run_dir)
+    good = checkpoints.usable(found)
+    if good:
+        where = f"from the checkpoint after step {good[0].step} of {cfg.train.steps}"
+    else:
+        where = f"from step 0 of {cfg.train.steps} (no usable checkpoint)"
+    return f"[neoxlab] resuming {run_dir} {where}"
+
+
+def main(args: list[str] | None = None) -> int:
+    args = sys.argv[1:] if args is None else args
+    if len(args) != 1 or args[0].startswith("-"):
+        print(USAGE, file=sys.stderr)
+        return 2
+    run_dir = Path(args[0]).resolve()
+    return exit_on_config_error(lambda: resume(run_dir))
+
+
+def resume(run_dir: Path) -> int:
+    cfg = check_resumable(run_dir)
+    print(plan_line(run_dir, cfg), flush=True)
+    if cfg.cluster.scheduler != "local":
+        return resubmit(cfg, run_dir)
+    code = run_here(cfg, run_dir)
+    report(run_dir)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

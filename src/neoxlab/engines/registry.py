@@ -1,0 +1,83 @@
+"""The engine registry: everything `engine.name` selects, in one table.
+
+An engine is what runs the training ranks. Check, plan, launch, resume, serve and the
+performance model ask its record for what they need and never compare its name: its rules,
+its config files in a new run dir, each rank's command and environment, what to do after a
+job, and the facts that differ between engines. Adding an engine: a package beside builtin/
+and neox/ with those functions, and one entry in ENGINES (see ARCHITECTURE.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from neoxlab.config import Config, ConfigError
+from neoxlab.engines.builtin import launch as builtin_launch
+from neoxlab.engines.builtin.data_rules import validate_data
+from neoxlab.engines.builtin.deepspeed_config import render as render_deepspeed
+from neoxlab.engines.neox import launch as neox_launch
+from neoxlab.engines.neox.metrics import collect_metrics
+from neoxlab.engines.neox.render import write_neox_yml
+from neoxlab.engines.neox.rules import check_neox_inputs, validate_neox
+from neoxlab.layout import Layout
+from neoxlab.run import rundir
+
+
+def _nothing(cfg: Config) -> list[str]:
+    return []
+
+
+@dataclass(frozen=True)
+class Engine:
+    rules: Callable[[Config], list[str]]  # its own config rules (value, rule, fix each)
+    files: Callable[[Config, Layout, Path], None]  # its config files in a new training run dir
+    # argv of one rank: (config, run dir, python, the task's rank module)
+    rank_command: Callable[[Config, Path, str, str], list[str]]
+    rank_env: Callable[[Config, Path], dict[str, str]]  # variables every rank needs
+    submit_checks: Callable[[Config], list[str]] = _nothing  # files checked before a submit
+    after_job: Callable[[Path], object] | None = None  # e.g. rank logs -> metrics.jsonl
+    forkable: bool = False  # local ranks may be forked from the fork server
+    checkpoints: bool = False  # its training runs keep neoxlab checkpoints (resume, serve)
+    routes_groups: bool = False  # builds its groups through comm.group_backends.GroupRouter
+    # GPT-NeoX's parallel residual reduces attention and MLP in one TP all-reduce per layer
+    fused_parallel_residual: bool = False
+
+
+def _builtin_rules(cfg: Config) -> list[str]:
+    return validate_data(cfg) if cfg.task.name == "train" else []
+
+
+def _deepspeed_json(cfg: Config, layout: Layout, run_dir: Path) -> None:
+    rundir.write_json(run_dir / "deepspeed.json", render_deepspeed(cfg, layout))
+
+
+def _neox_command(cfg: Config, run_dir: Path, python: str, task_module: str) -> list[str]:
+    return neox_launch.rank_command(cfg, run_dir, python)  # its entry runs train.py itself
+
+
+ENGINES: dict[str, Engine] = {
+    "builtin": Engine(rules=_builtin_rules, files=_deepspeed_json,
+                      rank_command=builtin_launch.rank_command, rank_env=builtin_launch.rank_env,
+                      forkable=True, checkpoints=True, routes_groups=True),
+    "neox": Engine(rules=validate_neox, files=write_neox_yml, rank_command=_neox_command,
+                   rank_env=neox_launch.rank_env, submit_checks=check_neox_inputs,
+                   after_job=collect_metrics, fused_parallel_residual=True),
+}
+
+
+def unknown_engine(cfg: Config) -> list[str]:
+    """The engine rule: `engine.name` is one of ENGINES."""
+    if cfg.engine.name in ENGINES:
+        return []
+    return [f"engine.name='{cfg.engine.name}' is not one of {list(ENGINES)}; pick one of them "
+            "(a new engine is one entry in neoxlab/engines/registry.py)"]
+
+
+def engine_of(cfg: Config) -> Engine:
+    """The record of the config's engine; ConfigError naming the choices otherwise."""
+    problems = unknown_engine(cfg)
+    if problems:
+        raise ConfigError(problems[0])
+    return ENGINES[cfg.engine.name]

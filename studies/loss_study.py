@@ -1,0 +1,139 @@
+"""Loss study: every scheme x seed of experiment loss_study (same layout, data and steps;
+train.seed varies the initialisation), then the verdict: does a scheme's mean loss leave
+the baseline's seed band (min..max over seeds) over the last half of training?
+
+    .venv/bin/python studies/loss_study.py                  # 4 schemes x 3 seeds
+    .venv/bin/python studies/loss_study.py --model neox_small --steps 300
+    .venv/bin/python studies/loss_study.py --steps 120 --from-runs     # finished runs only
+
+Finished runs (same model and step count, all steps logged) are reused, so a study that was
+stopped goes on with the runs it lacks.
+
+Writes results/tables/loss_study.curves.csv (scheme, seed, step, loss, smoothed loss) and
+prints per scheme its final loss (mean over seeds) and the share of late steps outside the
+band; `make figures EXP=loss_study` draws the curves with their bands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+SCHEMES = ("none", "naive", "zhybrid", "mzhybrid")
+SMOOTH = 20  # steps in the moving average the band and verdict compare
+OUTSIDE = 0.5  # a scheme leaves the band when its mean is outside it on most late steps
+
+
+def run(scheme: str, seed: int, args) -> Path:
+    cmd = [sys.executable, "-m", "neoxlab", "experiment=loss_study", f"compression={scheme}",
+           f"train.seed={seed}", f"train.steps={args.steps}", f"model={args.model}",
+           f"launch.results_dir={args.results}"]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n"
+                           f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return sorted((args.results / "loss_study").iterdir())[-1]
+
+
+def finished_runs(results: Path, steps: int, model: str) -> dict[tuple[str, int], Path]:
+    """(scheme, seed) -> the newest run dir of loss_study with `model` and `steps` logged
+    steps (a run that stopped early has fewer)."""
+    found: dict[tuple[str, int], Path] = {}
+    root = results / "loss_study"
+    for run_dir in sorted(root.iterdir()) if root.exists() else []:
+        metrics = run_dir / "metrics.jsonl"
+        if not metrics.exists() or len(metrics.read_text().splitlines()) != steps:
+            continue
+        cfg = json.loads((run_dir / "config.json").read_text())
+        if cfg["model"]["name"] == model:
+            found[(cfg["compression"]["scheme"], int(cfg["train"]["seed"]))] = run_dir
+    return found
+
+
+def smooth(loss: np.ndarray, k: int = SMOOTH) -> np.ndarray:
+    """Trailing moving average (shorter at the start)."""
+    c = np.cumsum(np.insert(loss, 0, 0.0))
+    end = np.arange(1, len(loss) + 1)
+    start = np.maximum(end - k, 0)
+    return (c[end] - c[start]) / (end - start)
+
+
+def verdict(curves: dict[str, np.ndarray]) -> dict[str, dict]:
+    """Per scheme: mean final smoothed loss, and the share of the last half's steps where its
+    mean over seeds lies outside the baseline's min..max band."""
+    base = curves["none"]
+    lo, hi = base.min(axis=0), base.max(axis=0)
+    half = base.shape[1] // 2
+    out = {}
+    for scheme, c in curves.items():
+        mean = c.mean(axis=0)
+        outside = ((mean < lo) | (mean > hi))[half:].mean()
+        out[scheme] = {"final": float(mean[-1]), "spread": float(np.ptp(c[:, -1])),
+                       "outside_late": float(outside), "leaves_band": bool(outside > OUTSIDE)}
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--schemes", nargs="+", default=list(SCHEMES))
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--model", default="neox_tiny")
+    parser.add_argument("--results", type=Path, default=REPO / "results")
+    parser.add_argument("--from-runs", action="store_true",
+                        help="no new runs: the finished runs already there")
+    args = parser.parse_args()
+    args.results = args.results.resolve()
+    # finished runs are kept, so a study cut short goes on where it stopped
+    done = finished_runs(args.results, args.steps, args.model)
+    if not args.from_runs:  # seed by seed, so a study cut short still has every scheme
+        for seed in args.seeds:
+            for scheme in args.schemes:
+                if (scheme, seed) not in done:
+                    done[(scheme, seed)] = run(scheme, seed, args)
+                print(f"{scheme} seed {seed}: {done[(scheme, seed)].name}", flush=True)
+    rows, curves = [], {}
+    for scheme in args.schemes:
+        per_seed = []
+        for seed in args.seeds:
+            if (scheme, seed) not in done:
+                continue
+            run_dir = done[(scheme, seed)]
+            loss = np.array([json.loads(line)["loss"] for line in
+                             (run_dir / "metrics.jsonl").read_text().splitlines()])
+            s = smooth(loss)
+            per_seed.append(s)
+            rows += [{"scheme": scheme, "seed": seed, "step": i + 1, "loss": float(v),
+                      "loss_smooth": float(w), "run_dir": str(run_dir)}
+                     for i, (v, w) in enumerate(zip(loss, s, strict=True))]
+            print(f"{scheme:<9} seed {seed}: final loss {loss[-1]:.4f} "
+                  f"(smoothed {s[-1]:.4f})  {run_dir.name}", flush=True)
+        if per_seed:
+            curves[scheme] = np.array(per_seed)
+    out = args.results / "tables" / "loss_study.curves.csv"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    if "none" in curves and len(curves["none"]) < 2:
+        print("no verdict: the baseline's seed band needs 2 or more finished seeds of none")
+    elif "none" in curves:
+        for scheme, v in verdict(curves).items():
+            print(f"{scheme:<9} final {v['final']:.4f} (seed spread {v['spread']:.4f}); mean "
+                  f"outside the baseline band on {v['outside_late']:.0%} of the last half: "
+                  f"{'leaves' if v['leaves_band'] else 'stays in'} the band")
+    print(f"table: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
