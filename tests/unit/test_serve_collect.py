@@ -116,7 +116,7 @@ def test_run_weights_are_checked_before_anything_starts(tmp_path: Path):
     serve_run = tmp_path / "served"
     serve_run.mkdir()
     (serve_run / "config.json").write_text(json.dumps(to_dict(_serve_cfg("random"))))
-    with pytest.raises(ConfigError, match="'serve' run.*builtin training runs"):
+    with pytest.raises(ConfigError, match="a task=serve run.*builtin training runs"):
         check_serve(_serve_cfg(f"run:{serve_run}"))
     with pytest.raises(ConfigError, match=r"'ckpt:x' is not 'random', 'hf:.*'run:"):
         check_serve(_serve_cfg("ckpt:x"))

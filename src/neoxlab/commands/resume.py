@@ -20,7 +20,7 @@ from neoxlab.commands.status import live_ranks, report
 from neoxlab.config import Config, ConfigError
 from neoxlab.engines.builtin import checkpoints
 from neoxlab.engines.builtin.reporting import metrics_up_to
-from neoxlab.engines.registry import engine_of
+from neoxlab.engines.registry import without_checkpoints
 from neoxlab.launch.manifest import read as read_manifest
 from neoxlab.launch.schedulers import scheduler_module
 from neoxlab.launch.slurm import local_slurm_refusal
@@ -43,10 +43,10 @@ def check_resumable(run_dir: Path) -> Config:
         )
     cfg = rundir.load_config(run_dir)
     check(cfg)  # a config.json edited into an invalid one is refused here
-    if cfg.task.name != "train" or not engine_of(cfg).checkpoints:
-        engine = cfg.engine.name
+    kind = without_checkpoints(cfg)
+    if kind is not None:
         raise ConfigError(
-            f"{run_dir} is a task={cfg.task.name} engine={engine} run; only builtin "
+            f"{run_dir} is {kind}; only builtin "
             "training runs have checkpoints to resume; start a new run with make run"
         )
     if cfg.cluster.scheduler == "local":

@@ -75,6 +75,16 @@ def unknown_engine(cfg: Config) -> list[str]:
             "(a new engine is one entry in neoxlab/engines/registry.py)"]
 
 
+def without_checkpoints(cfg: Config) -> str | None:
+    """What kind of run it is when its dir can hold no neoxlab checkpoints (nothing for resume
+    or serve to load); None when it can."""
+    if cfg.task.name != "train":
+        return f"a task={cfg.task.name} run"
+    if not engine_of(cfg).checkpoints:
+        return f"an engine={cfg.engine.name} run"
+    return None
+
+
 def engine_of(cfg: Config) -> Engine:
     """The record of the config's engine; ConfigError naming the choices otherwise."""
     problems = unknown_engine(cfg)

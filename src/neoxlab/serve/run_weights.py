@@ -20,7 +20,7 @@ import torch
 
 from neoxlab.config import Config, ConfigError, ModelConfig
 from neoxlab.engines.builtin import checkpoints
-from neoxlab.engines.registry import engine_of
+from neoxlab.engines.registry import without_checkpoints
 from neoxlab.layout import padded_vocab_size
 from neoxlab.run import rundir
 
@@ -73,11 +73,10 @@ def find_checkpoint(run_dir: Path, serve_model: ModelConfig) -> RunCheckpoint:
     ConfigError naming the problem and the fix otherwise."""
     cfg = _run_config(run_dir)
     where = f"serve.weights=run:{run_dir}"
-    engine = cfg.engine.name
-    if cfg.task.name != "train" or not engine_of(cfg).checkpoints:
-        raise ConfigError(
-            f"{where} is a '{cfg.task.name}' run on engine '{engine}'; serve loads the "
-            "checkpoints of builtin training runs (task=train, engine=builtin)")
+    kind = without_checkpoints(cfg)
+    if kind is not None:
+        raise ConfigError(f"{where} is {kind}; serve loads the checkpoints of builtin "
+                          "training runs (task=train, engine=builtin)")
     differ = shape_mismatch(cfg.model, serve_model)
     if differ:
         raise ConfigError(
