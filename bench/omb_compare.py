@@ -39,7 +39,7 @@ from pathlib import Path
 
 from neoxlab.launch.local import mpiexec_path
 from neoxlab.omb import compare, native
-from neoxlab.omb.report import parse_table
+from neoxlab.omb.osu_format import parse_table
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "bench" / "native" / "omb_native.c"

@@ -18,7 +18,7 @@
  * timed loop after a barrier (neoxlab.omb --timing loop).
  *
  * Output: an OSU-layout table (title and "# Size" header lines, size left-aligned in 10
- * columns, values right-aligned in 20), which neoxlab.omb.report.parse_table reads.
+ * columns, values right-aligned in 20), which neoxlab.omb.osu_format.parse_table reads.
  *
  *   mpiexec -n 2 omb_native latency|allreduce [-m [MIN:]MAX] [-i ITERS] [-x WARMUP] [-f]
  *                                             [-p DIGITS] [-t THREAD_LEVEL] [-L]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from neoxlab.omb import native
-from neoxlab.omb.report import parse_table
+from neoxlab.omb.osu_format import parse_table
 from tests.conftest import REPO_ROOT
 
 MPIEXEC = Path(sys.executable).with_name("mpiexec")

@@ -7,7 +7,7 @@ import pytest
 from neoxlab.comm import accounting, timeline
 from neoxlab.comm.accounting import Accountant
 from neoxlab.comm.collectives import Cost, Timed
-from neoxlab.comm.report import write_rank_rows
+from neoxlab.comm.records import write_rank_rows
 from neoxlab.comm.timeline import Span, codec_overlap
 
 CPU = __import__("torch").device("cpu")

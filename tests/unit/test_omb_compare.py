@@ -13,7 +13,7 @@ import pytest
 
 from neoxlab.omb import compare, native
 from neoxlab.omb.options import OmbOptions
-from neoxlab.omb.report import format_rows, make_row, parse_table
+from neoxlab.omb.osu_format import format_rows, make_row, parse_table
 from tests.conftest import REPO_ROOT
 
 # the layout OSU 7's osu_latency prints with -f (hand-written, not produced by our code)

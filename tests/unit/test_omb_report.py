@@ -22,7 +22,7 @@ from neoxlab.omb.options import (
     message_sizes,
     parse_args,
 )
-from neoxlab.omb.report import busbw_factor, format_rows, make_row
+from neoxlab.omb.osu_format import busbw_factor, format_rows, make_row
 from neoxlab.omb.verify import Patterns
 
 

@@ -16,7 +16,7 @@ import pytest
 from neoxlab.omb import runner
 from neoxlab.omb.mpistart import ENV, chosen_level
 from neoxlab.omb.options import OmbOptions, check_options, message_sizes, parse_args
-from neoxlab.omb.report import table_header
+from neoxlab.omb.osu_format import table_header
 from neoxlab.omb.timing import Op, measure
 from tests.conftest import REPO_ROOT
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from neoxlab.config import Config
 from neoxlab.omb.mpistart import start_mpi
 from neoxlab.omb.options import OmbOptions, OptionError, check_options
-from neoxlab.omb.report import Row, table_header, table_row
+from neoxlab.omb.osu_format import Row, table_header, table_row
 from neoxlab.omb.runner import iter_rows
 from neoxlab.run.rankjob import run_rank
 

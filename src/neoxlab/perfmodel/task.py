@@ -18,7 +18,7 @@ import pandas as pd
 
 from neoxlab.config import Config
 from neoxlab.layout import resolve_layout
-from neoxlab.perfmodel import report
+from neoxlab.perfmodel import prediction_tables as report
 from neoxlab.perfmodel.predict import Prediction, predict
 from neoxlab.perfmodel.resolve import resolve_profile
 from neoxlab.results import figures

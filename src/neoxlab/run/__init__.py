@@ -1,2 +1,2 @@
-"""A run's life: its directory and status (rundir), planning (plan), the per-rank frame
-(rankjob, dist), resume and status reports."""
+"""A run's life on disk and on its ranks: its directory and status.json (rundir), the per-rank
+frame (rankjob, dist) and progress lines."""

@@ -21,7 +21,7 @@ from neoxlab.comm import mpi_group
 from neoxlab.comm.classify import Grid
 from neoxlab.comm.group_backends import GroupRouter
 from neoxlab.comm.install import install_for_run
-from neoxlab.comm.report import format_totals, merge, write_rank_rows
+from neoxlab.comm.records import format_totals, merge, write_rank_rows
 from neoxlab.config import Config
 from neoxlab.engines.builtin import checkpoint_io
 from neoxlab.engines.builtin.checkpoint_io import Resumed

@@ -24,7 +24,7 @@ from typing import Any, TextIO
 
 import yaml
 
-from neoxlab.comm.report import format_totals, merge
+from neoxlab.comm.records import format_totals, merge
 from neoxlab.config import Config
 from neoxlab.engines.builtin.preemption import stop_request_file
 from neoxlab.engines.neox import inject

@@ -76,7 +76,7 @@ def write_rows(rank: int | None = None) -> Path | None:
     if _state.patch is None or _state.rows_written:
         return None
     # function-level: only a process that installed the patch writes its rows
-    from neoxlab.comm.report import write_rank_rows
+    from neoxlab.comm.records import write_rank_rows
 
     if rank is None:
         rank = int(os.environ.get("RANK", "0"))

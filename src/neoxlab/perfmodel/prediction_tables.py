@@ -95,7 +95,7 @@ def published_comparison(frame: pd.DataFrame, configs: dict[str, Config],
                      else "cannot reach it within x1/1000..x1000")
             sensitivity.append(f"  {r['experiment']}: {knob} {shown} for +{pub_t}% TFLOPS/GPU")
     lines.append("The model predicts one iteration time, so its TFLOPS/GPU and samples/s gains "
-                 "are equal; the paper's differ (see README, Performance model).")
+                 "are equal; the paper's differ (see docs/perfmodel.md).")
     lines.append("What one parameter would have to be multiplied by (the others as in the "
                  "profile) for the predicted gain to equal the published one:")
     return "\n".join(lines + sensitivity)
