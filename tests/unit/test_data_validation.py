@@ -8,7 +8,7 @@ from pathlib import Path
 
 from neoxlab.commands.cli import main
 from neoxlab.config.compose import compose_experiment
-from neoxlab.engines.builtin.data_rules import validate_data
+from neoxlab.engines.builtin.train_rules import validate_data
 
 
 def refused(path: Path, results_dir: Path, capsys) -> str:

@@ -14,7 +14,7 @@ from neoxlab import layout
 from neoxlab.comm.compression_rules import validate_compression
 from neoxlab.comm.group_backends import validate_group_backends
 from neoxlab.config import Config, ConfigError
-from neoxlab.engines.builtin.data_rules import validate_checkpointing
+from neoxlab.engines.builtin.train_rules import validate_checkpointing
 from neoxlab.engines.registry import engine_of, unknown_engine
 from neoxlab.files import disk_full
 from neoxlab.launch.cluster_rules import validate_cluster

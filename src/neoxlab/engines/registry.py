@@ -15,7 +15,7 @@ from pathlib import Path
 
 from neoxlab.config import Config, ConfigError
 from neoxlab.engines.builtin import launch as builtin_launch
-from neoxlab.engines.builtin.data_rules import validate_data
+from neoxlab.engines.builtin.train_rules import validate_data
 from neoxlab.engines.builtin.deepspeed_config import render as render_deepspeed
 from neoxlab.engines.neox import launch as neox_launch
 from neoxlab.engines.neox.metrics import collect_metrics
