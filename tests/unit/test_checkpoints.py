@@ -12,8 +12,8 @@ from neoxlab.commands.resume import check_resumable
 from neoxlab.commands.resume import main as resume_main
 from neoxlab.config import Config, ConfigError, to_dict
 from neoxlab.engines.builtin import checkpoints
-from neoxlab.engines.builtin.train_rules import validate_checkpointing
 from neoxlab.engines.builtin.reporting import keep_metrics_up_to, metrics_up_to
+from neoxlab.engines.builtin.train_rules import validate_checkpointing
 from neoxlab.run import rundir
 
 FIXTURE_RUN = (Path(__file__).parents[1] / "fixtures" / "runs" / "local_compare"

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from neoxlab.config import Config, ConfigError
 from neoxlab.engines.builtin import launch as builtin_launch
-from neoxlab.engines.builtin.train_rules import validate_data
 from neoxlab.engines.builtin.deepspeed_config import render as render_deepspeed
+from neoxlab.engines.builtin.train_rules import validate_data
 from neoxlab.engines.neox import launch as neox_launch
 from neoxlab.engines.neox.metrics import collect_metrics
 from neoxlab.engines.neox.render import write_neox_yml
