@@ -11,7 +11,7 @@ import torch
 
 from neoxlab.serve.distributed import init_single_process, shutdown
 from neoxlab.serve.policies import policy_for
-from neoxlab.serve.scheduler import Engine, Sampling
+from neoxlab.serve.scheduler import Sampling, ServeLoop
 from neoxlab.serve.workload import WorkloadSpec, make_workload
 from tests.serve_tiny import MAX_SEQ, tiny_model
 
@@ -26,9 +26,9 @@ def model():
 
 
 def _tokens(model, name, requests, chunk, slots=6, sampling=None):
-    engine = Engine(model, policy_for(name, slots, 0.005), slots, MAX_SEQ, sampling or Sampling(),
-                    prefill_chunk=chunk)
-    return engine, [r["tokens"] for r in engine.run(requests).records]
+    loop = ServeLoop(model, policy_for(name, slots, 0.005), slots, MAX_SEQ,
+                     sampling or Sampling(), prefill_chunk=chunk)
+    return loop, [r["tokens"] for r in loop.run(requests).records]
 
 
 def test_chunked_prefill_equals_sequential(model):
@@ -42,9 +42,9 @@ def test_chunked_prefill_equals_sequential(model):
             for chunk in (1, 4):  # every prompt (3-9 tokens) split over steps
                 got = _tokens(model, name, trace, chunk)[1]
                 assert got == expected, (lean, name, chunk)
-        engine, got = _tokens(model, "fused", burst, 5, slots=3)  # requests wait for slots
+        loop, got = _tokens(model, "fused", burst, 5, slots=3)  # requests wait for slots
         assert got == expected
-        assert engine.result.moves > 0  # reordering moved caches meanwhile
+        assert loop.result.moves > 0  # reordering moved caches meanwhile
     sample = Sampling("sample", temperature=1.0, top_k=20)
     model.lean = True
     assert _tokens(model, "fused", trace, 4, sampling=sample)[1] == \

@@ -238,7 +238,7 @@ class ServeConfig:
     num_requests: int = 32
     arrival: str = "poisson"  # poisson | constant
     mean_gap_ms: float = 20.0
-    gaps_ms: list[float] = field(default_factory=list)  # a sweep: every engine at each gap
+    gaps_ms: list[float] = field(default_factory=list)  # a sweep: every policy at each gap
     gap_scale: float = 1.0  # actual gap = nominal gap x gap_scale (CPU: scale to step time)
     prompt_len_min: int = 8
     prompt_len_max: int = 16
@@ -253,7 +253,7 @@ class ServeConfig:
     eos_token_id: int | None = None
     seed: int = 1234  # workload and per-request sampling seeds
     batch_window_ms: float = 50.0  # dynamic batching window
-    repeats: int = 1  # timed runs per engine and trace; the median total time is reported
+    repeats: int = 1  # timed runs per policy and trace; the median total time is reported
     hf_cb_num_blocks: int = 64
     hf_cb_max_batch_tokens: int = 512
     hf_cb_page_size: int = 32

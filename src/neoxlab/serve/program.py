@@ -1,4 +1,4 @@
-"""What every serve rank runs: discover -> init TP groups -> build the model -> every engine
+"""What every serve rank runs: discover -> init TP groups -> build the model -> every policy
 on every trace -> results in the run dir (rank 0) -> table.
 
 Mirrors the training program's contract with the launcher: output in logs/rank<N>.log,
@@ -88,7 +88,7 @@ def serve(cfg: Config, run_dir: Path, rank: int, world: int, terminal: TextIO | 
         lines = "".join(json.dumps(r, sort_keys=True) + "\n" for r in request_rows)
         rundir.write_atomic(run_dir / "serve_results.jsonl", lines)
         rundir.write_json(run_dir / "summary.json", {
-            "task": "serve", "engines": rows, "ratios": ratios(rows),
+            "task": "serve", "policies": rows, "ratios": ratios(rows),
             "model": {"layers": model.config.num_layers, "hidden": model.config.hidden_size,
                       "heads": model.config.num_attention_heads, "tp": cfg.parallel.tp,
                       "weights": s.weights, "weights_source": model.source},

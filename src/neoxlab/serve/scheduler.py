@@ -1,4 +1,4 @@
-"""The serving loop shared by our engines: admit arrived requests (one batched prompt phase
+"""The serving loop shared by our policies: admit arrived requests (one batched prompt phase
 for all admitted together), then one fused decode step over a slot range, evict finished
 requests, repeat.
 
@@ -66,8 +66,10 @@ class _Live:
 
 
 @dataclass
-class EngineRun:
-    engine: str
+class PolicyRun:
+    """One policy's service of one trace: per-request records and step counters."""
+
+    policy: str
     records: list[dict] = field(default_factory=list)  # one per request
     steps: int = 0  # fused decode steps
     rows: int = 0  # rows computed over all steps
@@ -79,7 +81,9 @@ class EngineRun:
     kv_cache_bytes: int = 0
 
 
-class Engine:
+class ServeLoop:
+    """Serves one trace under one of our policies (fused, ..., dynamic) on preallocated slots."""
+
     def __init__(self, model: ServeModel, policy: Policy, slots: int, max_seq_len: int,
                  sampling: Sampling = Sampling(), control: Control | None = None,
                  prefill_chunk: int = 0):
@@ -109,8 +113,8 @@ class Engine:
                     " raise serve.max_seq_len or shorten the request"
                 )
 
-    def run(self, requests: list[Request]) -> EngineRun:
-        """Serve the whole trace; returns per-request records and engine counters."""
+    def run(self, requests: list[Request]) -> PolicyRun:
+        """Serve the whole trace; returns per-request records and step counters."""
         self.begin(requests)
         while self.tick():
             pass
@@ -118,7 +122,7 @@ class Engine:
 
     def begin(self, requests: list[Request]) -> None:
         self.check(requests)
-        self.result = EngineRun(self.policy.name, kv_cache_bytes=self.cache.nbytes)
+        self.result = PolicyRun(self.policy.name, kv_cache_bytes=self.cache.nbytes)
         self.pending = deque(sorted(requests, key=lambda r: (r.arrival_s, r.rid)))
         self.t0, self.cpu0 = time.perf_counter(), time.process_time()
 
@@ -139,7 +143,7 @@ class Engine:
         self.result.peak_rss_bytes = max(self.result.peak_rss_bytes, rss)
         return True
 
-    def end(self) -> EngineRun:
+    def end(self) -> PolicyRun:
         result = self.result
         result.total_s = max((r["finish_s"] for r in result.records), default=0.0)
         result.cpu_s = time.process_time() - self.cpu0
@@ -174,7 +178,7 @@ class Engine:
                 return 0
             time.sleep(max(0.0, pending[arrived].arrival_s - now))
 
-    def _admit(self, reqs: list[Request], result: EngineRun) -> None:
+    def _admit(self, reqs: list[Request], result: PolicyRun) -> None:
         """Prompt phase of the requests admitted together (one forward): fill their slots'
         caches and emit each one's first token."""
         admit_s = self.now()
@@ -234,7 +238,7 @@ class Engine:
             return (min(self.live), max(self.live) + 1) if self.live else (0, 0)
         return self.table.span()
 
-    def _step(self, result: EngineRun) -> None:
+    def _step(self, result: PolicyRun) -> None:
         """One fused decode step over the row range; finished requests are evicted after."""
         lo, hi = self._rows()
         tokens = torch.tensor(self.slot_token[lo:hi], dtype=torch.long, device=self.device)
@@ -288,7 +292,7 @@ class Engine:
                 done.append(state)
         return done
 
-    def _finish(self, states: list[_Live], result: EngineRun) -> None:
+    def _finish(self, states: list[_Live], result: PolicyRun) -> None:
         finish_s = self.now()
         for state in states:
             del self.live[state.slot]

@@ -1,4 +1,4 @@
-"""Every engine serves a Poisson trace with variable lengths token-for-token like sequential
+"""Every policy serves a Poisson trace with variable lengths token-for-token like sequential
 and like transformers' generate on the same GPT-NeoX weights (decode attention through SDPA
 and through the C++ kernel); reordering moves caches right; requests beyond the slots wait;
 transformers' continuous batching support is detected."""
@@ -15,7 +15,7 @@ from neoxlab.serve.distributed import init_single_process, shutdown
 from neoxlab.serve.hf_cb import hf_cb_model, llama_twin, neox_cb_supported
 from neoxlab.serve.hf_generate import neox_twin, run_hf_generate
 from neoxlab.serve.policies import OWN_POLICIES, policy_for
-from neoxlab.serve.scheduler import Engine, Sampling
+from neoxlab.serve.scheduler import Sampling, ServeLoop
 from neoxlab.serve.weights import build_serve_model
 from neoxlab.serve.workload import WorkloadSpec, make_workload
 
@@ -65,11 +65,11 @@ def trace():
 
 def _serve(model, name, requests, slots=6, max_concurrent=None, sampling=None, chunk=0):
     policy = policy_for(name, max_concurrent or slots, 0.005)
-    return Engine(model, policy, slots, MAX_SEQ, sampling or Sampling(),
+    return ServeLoop(model, policy, slots, MAX_SEQ, sampling or Sampling(),
                   prefill_chunk=chunk).run(requests)
 
 
-def test_every_engine_matches_sequential_and_transformers_generate(hf_dir, trace):
+def test_every_policy_matches_sequential_and_transformers_generate(hf_dir, trace):
     from transformers import GPTNeoXForCausalLM
 
     model = build_serve_model(TINY, f"hf:{hf_dir}", 1, 1, 0, MAX_SEQ)
@@ -96,7 +96,7 @@ def test_every_engine_matches_sequential_and_transformers_generate(hf_dir, trace
         out = hf.generate(torch.tensor([req.prompt]), max_new_tokens=req.max_new_tokens,
                           min_new_tokens=req.max_new_tokens, do_sample=False)
         assert out[0, len(req.prompt):].tolist() == tokens, req.rid
-    # the hf_generate engine's twin, copied from our weights, is that same network
+    # the hf_generate policy's twin, copied from our weights, is that same network
     twin = neox_twin(model)
     baseline = run_hf_generate(twin, trace, Sampling())
     assert [r["tokens"] for r in baseline.records] == expected
@@ -133,20 +133,20 @@ def test_lean_path_and_batched_prompts_equal_megatron_layers_one_by_one(trace):
 
 
 def test_reordering_moves_cache_content_correctly(trace):
-    """Step both fused engines together; each live request's cache must be identical."""
+    """Step both fused policies together; each live request's cache must be identical."""
     model = build_serve_model(TINY, "random", 3, 1, 0, MAX_SEQ)
-    burst = [replace(r, arrival_s=0.0) for r in trace]  # same admissions in both engines
-    engines = [Engine(model, policy_for(n, 4, 0.0), 6, MAX_SEQ)
-               for n in ("fused", "fused_noreorder")]
-    for e in engines:
-        e.begin(burst)
+    burst = [replace(r, arrival_s=0.0) for r in trace]  # same admissions under both policies
+    loops = [ServeLoop(model, policy_for(n, 4, 0.0), 6, MAX_SEQ)
+             for n in ("fused", "fused_noreorder")]
+    for loop in loops:
+        loop.begin(burst)
     moved, compared = 0, 0
     while True:
-        running = [e.tick() for e in engines]
+        running = [loop.tick() for loop in loops]
         assert running[0] == running[1]
         if not running[0]:
             break
-        reo, plain = engines
+        reo, plain = loops
         moved += sum(1 for s in reo.live.values() if s.slot != plain_slot(plain, s.req.rid))
         for slot, state in reo.live.items():
             other = plain_slot(plain, state.req.rid)
@@ -159,12 +159,12 @@ def test_reordering_moves_cache_content_correctly(trace):
         lo, hi = reo.table.span()
         assert hi - lo == len(reo.live)
     assert moved > 0 and compared > 0  # the trace did exercise reordering
-    assert [r["tokens"] for r in engines[0].end().records] == \
-        [r["tokens"] for r in engines[1].end().records]
+    assert [r["tokens"] for r in loops[0].end().records] == \
+        [r["tokens"] for r in loops[1].end().records]
 
 
-def plain_slot(engine: Engine, rid: int) -> int:
-    (slot,) = [s for s, st in engine.live.items() if st.req.rid == rid]
+def plain_slot(loop: ServeLoop, rid: int) -> int:
+    (slot,) = [s for s, st in loop.live.items() if st.req.rid == rid]
     return slot
 
 
