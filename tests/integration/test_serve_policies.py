@@ -63,10 +63,9 @@ def trace():
     return make_workload(WorkloadSpec(10, "poisson", 0.003, (3, 9), (4, 24), TINY.vocab_size, 7))
 
 
-def _serve(model, name, requests, slots=6, max_concurrent=None, sampling=None, chunk=0):
+def _serve(model, name, requests, slots=6, max_concurrent=None, sampling=None):
     policy = policy_for(name, max_concurrent or slots, 0.005)
-    return ServeLoop(model, policy, slots, MAX_SEQ, sampling or Sampling(),
-                  prefill_chunk=chunk).run(requests)
+    return ServeLoop(model, policy, slots, MAX_SEQ, sampling or Sampling()).run(requests)
 
 
 def test_every_policy_matches_sequential_and_transformers_generate(hf_dir, trace):
@@ -74,16 +73,12 @@ def test_every_policy_matches_sequential_and_transformers_generate(hf_dir, trace
 
     model = build_serve_model(TINY, f"hf:{hf_dir}", 1, 1, 0, MAX_SEQ)
     runs = {name: _serve(model, name, trace) for name in OWN_POLICIES}
-    # chunked prefill: prompts of 3-9 tokens in pieces of <= 4, mixed into decode steps
-    runs.update({f"{name} chunked": _serve(model, name, trace, chunk=4)
-                 for name in ("fused", "fused_noreorder", "sequential")})
     # 10 slots: decode steps of 8+ rows, which run on the prepacked weights (serve.packed_linear)
     runs["fused, 10 slots"] = _serve(model, "fused", trace, slots=10)
     assert model.packed.packs, "the prepacked products were not used"
     assert model.use_native_attention(True) == "native"  # the C++ decode attention
     runs.update({f"{name}, native attention": _serve(model, name, trace)
                  for name in ("fused", "fused_noreorder", "sequential")})
-    runs["fused chunked, native attention"] = _serve(model, "fused", trace, chunk=4)
     model.use_native_attention(False)
     expected = [r["tokens"] for r in runs["sequential"].records]
     assert [len(t) for t in expected] == [r.max_new_tokens for r in trace]
@@ -124,12 +119,10 @@ def test_lean_path_and_batched_prompts_equal_megatron_layers_one_by_one(trace):
                         single.slot_content(row, len(prompts[row])), strict=True):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
     runs = {}
-    for lean in (True, False):  # and chunked prefill (split prompts) on either path
+    for lean in (True, False):
         model.lean = lean
-        for chunk in (0, 3):
-            runs[lean, chunk] = [r["tokens"] for r in _serve(model, "fused", trace,
-                                                             chunk=chunk).records]
-    assert len({str(tokens) for tokens in runs.values()}) == 1
+        runs[lean] = [r["tokens"] for r in _serve(model, "fused", trace).records]
+    assert runs[True] == runs[False]
 
 
 def test_reordering_moves_cache_content_correctly(trace):

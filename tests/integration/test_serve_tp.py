@@ -1,6 +1,6 @@
 """`make run EXP=flover_tp2` end to end (2 ranks under mpiexec, TP=2): the run completes,
 writes its trace, results and summary, prints the table, and every request's greedy output
-(chunked prefill on) equals the TP=1 model with the same seed serving the saved trace in
+equals the TP=1 model with the same seed serving the saved trace in
 this process one request at a time, prompt phase first."""
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ SMALL = [
     "serve.output_len_max=12", "serve.prompt_len_min=2", "serve.prompt_len_max=6",
     "serve.max_seq_len=24", "serve.slots=4", "serve.mean_gap_ms=5",
     "serve.policies=[fused,sequential,static]", "model.vocab_size=200",
-    "serve.prefill_chunk=4",  # TP=2 fused and sequential with prompts split over steps
 ]
 
 

@@ -70,9 +70,30 @@ def test_the_old_serve_engines_key_names_its_new_name():
     assert _cfg("serve.policies=[fused]").serve.policies == ["fused"]
 
 
-def test_negative_prefill_chunk_is_rejected():
-    (error,) = validate_serve(_cfg("serve.prefill_chunk=-1"))
-    assert "serve.prefill_chunk=-1 must be >= 0" in error
+@pytest.mark.parametrize("key", ["serve.compile_decode", "serve.prefill_chunk"])
+def test_a_removed_serve_key_is_refused_with_its_reason(key):
+    """Switches that did not pay were removed; setting one says so and why."""
+    from neoxlab.config import to_structured
+
+    section, name = key.split(".")
+    with pytest.raises(ConfigError, match=rf"'{key}' was removed: .+ \(fused .+\); delete it"):
+        _cfg(f"{key}=1")
+    with pytest.raises(ConfigError, match=f"'{key}' was removed"):
+        to_structured({section: {name: 1}})
+
+
+def test_older_stored_configs_load_with_renamed_and_removed_keys():
+    """A run dir's config.json holds every field of its day: serve.engines (now
+    serve.policies), serve.compile_decode and serve.prefill_chunk still load."""
+    from neoxlab.config import from_dict, to_dict
+
+    stored = to_dict(_cfg("serve.policies=[fused,static]"))
+    stored["serve"]["engines"] = stored["serve"].pop("policies")
+    stored["serve"].update(compile_decode=False, prefill_chunk=0)
+    cfg = from_dict(stored)
+    assert cfg.serve.policies == ["fused", "static"]
+    assert cfg.model == _cfg().model
+    assert "engines" in stored["serve"]  # the caller's dict is left as it was
 
 
 def test_repeats_keep_the_run_with_the_median_total_time(monkeypatch):

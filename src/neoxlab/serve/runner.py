@@ -28,7 +28,6 @@ class RunSettings:
     seed: int = 1234
     repeats: int = 1  # timed runs per policy and trace; the one with the median total time
     cb_tune: bool = False  # search hf_cb's sizing on the first trace, then time the best
-    prefill_chunk: int = 0  # prompt tokens per decode step (chunked prefill); 0: off
 
 
 class Runner:
@@ -69,7 +68,7 @@ class Runner:
                     "gpt-neox (transformers generate, same weights)")
         policy = policy_for(name, s.max_concurrent, s.window_s)
         return (lambda reqs: ServeLoop(self.model, policy, s.slots, s.max_seq_len, s.sampling,
-                                    self.control, s.prefill_chunk).run(reqs)), "gpt-neox (ours)"
+                                       self.control).run(reqs)), "gpt-neox (ours)"
 
     def run_policies(self, policies: list[str], requests: list[Request]
                      ) -> dict[str, tuple[PolicyRun, dict]]:
