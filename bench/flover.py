@@ -3,15 +3,15 @@
     python bench/flover.py [--layers 8] [--hidden 512] [--requests 32] [--gap-ms 20]
                            [--out 128 256] [--policies fused,fused_noreorder,...]
 
-Defaults are the issue's sizes: a GPT-NeoX of 8 layers, hidden 512 (byte vocabulary 256),
-32 requests with Poisson arrivals (mean gap 20 ms), prompts of 16-32 tokens, outputs
-uniform in [128, 256], greedy. hf_cb's sizing and CPU attention are searched first
-(hf_cb_tune.py; the trials are printed) and the best is timed. Prints the table (TPOT and
-p99 latency per policy) and the goals: fused vs sequential total time >= 8x, fused vs
-tuned hf_cb throughput >= 1.3x (hf_cb runs a Llama twin of matched shape: transformers
-5.24 cannot run GPT-NeoX in continuous batching), fused vs fused_noreorder >= 1.2x, our
-sequential vs transformers' generate on the same weights >= 1x. `cpu s` is the process CPU
-time, the fairer number on a shared machine. --json writes rows, ratios and the tuning.
+Defaults: a GPT-NeoX of 8 layers, hidden 512 (byte vocabulary 256), 32 requests with
+Poisson arrivals (mean gap 20 ms), prompts of 16-32 tokens, outputs uniform in [128, 256],
+greedy. hf_cb's sizing and CPU attention are searched first (hf_cb_tune.py; the trials are
+printed) and the best is timed. Prints the table (TPOT and p99 latency per policy) and each
+ratio against its goal (GOALS): fused vs sequential total time >= 8x, fused vs tuned hf_cb
+throughput >= 1.3x (hf_cb runs a Llama twin of matched shape: transformers 5.24 cannot run
+GPT-NeoX in continuous batching), fused vs fused_noreorder >= 1.2x, our sequential vs
+transformers' generate on the same weights >= 1x. `cpu s` is the process CPU time, the
+fairer number on a shared machine. --json writes rows, ratios and the tuning.
 """
 
 from __future__ import annotations

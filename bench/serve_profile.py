@@ -1,10 +1,9 @@
 """Where a serve step's time goes: torch.profiler over the fused decode step and the prompt
-phase on the issue's shape (8 layers, hidden 512), per op and against the wall time.
+phase (by default 8 layers, hidden 512, as bench/flover.py), per op and against the wall time.
 
     python bench/serve_profile.py [--layers 8] [--hidden 512] [--batch 32] [--position 160]
                                   [--prompts 8] [--prompt-len 24] [--path lean|megatron]
-                                  [--skip-prompts] [--sdpa-attention]
-                                  [--threads 1]
+                                  [--skip-prompts] [--sdpa-attention] [--threads 1]
 
 "ops" is the self CPU time of the aten ops the profiler saw; wall - ops is what Python,
 module calls and the dispatcher cost around them.

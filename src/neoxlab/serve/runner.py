@@ -124,7 +124,8 @@ class Runner:
 
 
 def ratios(rows: list[dict]) -> dict:
-    """fused's advantage over each baseline at each gap (None where a policy did not run)."""
+    """Headline ratios at each gap: fused's advantage over each baseline, and our sequential's
+    tokens/s over transformers' generate (None where a policy did not run)."""
     out = {}
     for gap in sorted({r["gap_ms"] for r in rows}):
         by = {r["policy"]: r for r in rows if r["gap_ms"] == gap}
