@@ -2,7 +2,7 @@
 side in one process: the same model, cache, tokens and positions, the two alternating in
 every round (this machine is shared and noisy), medians per row count.
 
-    python bench/decode_attention.py                              # the model, 2 threads
+    python bench/decode_attention.py                              # 8 layers, hidden 512, 2 threads
     python bench/decode_attention.py --layers 6 --hidden 256 --threads 1 --position 60  # sweep's
 
 Rows attend up to random positions in [position / 2, position]: SDPA reads every row up to

@@ -1,10 +1,9 @@
 """Where a serve step's time goes: torch.profiler over the fused decode step and the prompt
-phase on the issue's shape (8 layers, hidden 512), per op and against the wall time.
+phase (by default 8 layers, hidden 512, as bench/flover.py), per op and against the wall time.
 
     python bench/serve_profile.py [--layers 8] [--hidden 512] [--batch 32] [--position 160]
                                   [--prompts 8] [--prompt-len 24] [--path lean|megatron]
-                                  [--skip-prompts] [--compile-decode] [--sdpa-attention]
-                                  [--threads 1]
+                                  [--skip-prompts] [--sdpa-attention] [--threads 1]
 
 "ops" is the self CPU time of the aten ops the profiler saw; wall - ops is what Python,
 module calls and the dispatcher cost around them.
@@ -71,8 +70,6 @@ def main() -> None:
     ap.add_argument("--prompt-len", type=int, default=24)
     ap.add_argument("--path", choices=["lean", "megatron"], default="lean")
     ap.add_argument("--skip-prompts", action="store_true", help="decode steps only")
-    ap.add_argument("--compile-decode", action="store_true",
-                    help="decode steps on torch.compile's graphs (serve.compile_decode)")
     ap.add_argument("--sdpa-attention", action="store_true",
                     help="decode attention through SDPA, not the C++ kernel "
                     "(serve.native_attention=false)")
@@ -90,13 +87,11 @@ def main() -> None:
     model.lean = args.path == "lean"
     slots = max(max(args.batch), args.prompts)
     attention = model.use_native_attention(not args.sdpa_attention)
-    compile_s = model.use_compiled_decode(args.compile_decode, max(args.batch))
     cache = model.new_cache(slots, max_seq)
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(0, cfg.vocab_size, (args.prompt_len,), generator=g).tolist()
                for _ in range(args.prompts)]
-    print(f"model: {args.layers} layers, hidden {args.hidden}, path {args.path}, "
-          f"compile_decode {args.compile_decode} ({compile_s:.1f} s to compile), decode "
+    print(f"model: {args.layers} layers, hidden {args.hidden}, path {args.path}, decode "
           f"attention {attention}, {args.threads} thread(s)")
     if not args.skip_prompts:
         report_prompts(model, prompts, cache, args.reps, args.top)

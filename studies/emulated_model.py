@@ -44,7 +44,7 @@ FIT_FLOWS = [1, 2]  # flows through an uplink at once (2: the 2x2 layout's 2 ran
 FIT_NODES = [2, 4]  # nodes sending at once (4: the 4x1 layouts), one flow each
 FIT_RUNS = 5  # one run's bare-link fit moves by +-15 % (4 nodes: 18.5-25.3 MB/s in one day)
 CURVE_RATES = np.geomspace(5, 5000, 40)
-SHARE_BOUND = 0.40  # the bound applies where communication is >= 40 % of the step
+SHARE_BOUND = 0.40  # the error summary covers points where communication is >= 40 % of the step
 CALIBRATION = Path("calibration") / "emulated.json"  # under --results
 LASSEN = ["baseline_192gpu", "naive_192gpu", "hybrid_192gpu", "mzhybrid_192gpu"]
 

@@ -1,18 +1,17 @@
-"""Temporal fusion vs its baselines, all engines side by side on one model and trace.
+"""Temporal fusion vs its baselines, all policies side by side on one model and trace.
 
     python studies/flover.py [--layers 8] [--hidden 512] [--requests 32] [--gap-ms 20]
                            [--out 128 256] [--policies fused,fused_noreorder,...]
-                           [--prefill-chunk N] [--compile-decode]
 
-Defaults are the issue's sizes: a GPT-NeoX of 8 layers, hidden 512 (byte vocabulary 256),
-32 requests with Poisson arrivals (mean gap 20 ms), prompts of 16-32 tokens, outputs
-uniform in [128, 256], greedy. hf_cb's sizing and CPU attention are searched first
-(hf_cb_tune.py; the trials are printed) and the best is timed. Prints the table (TPOT and
-p99 latency per engine) and the goals: fused vs sequential total time >= 8x, fused vs
-tuned hf_cb throughput >= 1.3x (hf_cb runs a Llama twin of matched shape: transformers
-5.24 cannot run GPT-NeoX in continuous batching), fused vs fused_noreorder >= 1.2x, our
-sequential vs transformers' generate on the same weights >= 1x. `cpu s` is the process CPU
-time, the fairer number on a shared machine. --json writes rows, ratios and the tuning.
+Defaults: a GPT-NeoX of 8 layers, hidden 512 (byte vocabulary 256), 32 requests with
+Poisson arrivals (mean gap 20 ms), prompts of 16-32 tokens, outputs uniform in [128, 256],
+greedy. hf_cb's sizing and CPU attention are searched first (hf_cb_tune.py; the trials are
+printed) and the best is timed. Prints the table (TPOT and p99 latency per policy) and each
+ratio against its goal (GOALS): fused vs sequential total time >= 8x, fused vs tuned hf_cb
+throughput >= 1.3x (hf_cb runs a Llama twin of matched shape: transformers 5.24 cannot run
+GPT-NeoX in continuous batching), fused vs fused_noreorder >= 1.2x, our sequential vs
+transformers' generate on the same weights >= 1x. `cpu s` is the process CPU time, the
+fairer number on a shared machine. --json writes rows, ratios and the tuning.
 """
 
 from __future__ import annotations
@@ -48,8 +47,6 @@ def main() -> None:
     ap.add_argument("--prompt", type=int, nargs=2, default=[16, 32])
     ap.add_argument("--out", type=int, nargs=2, default=[128, 256])
     ap.add_argument("--policies", default=",".join(POLICIES))
-    ap.add_argument("--prefill-chunk", type=int, default=0,
-                    help="prompt tokens per decode step (chunked prefill); 0: off")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--no-tune", action="store_true", help="time hf_cb untuned")
@@ -59,8 +56,6 @@ def main() -> None:
     ap.add_argument("--always-packed", action="store_true",
                     help="prepacked products for every shape from min_rows() rows, untimed "
                     "(serve.packed_linear_timed=false)")
-    ap.add_argument("--compile-decode", action="store_true",
-                    help="decode steps on torch.compile's graphs (serve.compile_decode)")
     ap.add_argument("--sdpa-attention", action="store_true",
                     help="decode attention through SDPA, not the C++ kernel "
                     "(serve.native_attention=false)")
@@ -77,14 +72,11 @@ def main() -> None:
     model.use_packed_linear(not args.plain_linear, timed=not args.always_packed)
     attention = model.use_native_attention(not args.sdpa_attention)
     print(f"decode attention: {attention}")
-    compile_s = model.use_compiled_decode(args.compile_decode, args.requests)
-    if args.compile_decode:
-        print(f"compile_decode: every row bucket compiled in {compile_s:.1f} s (untimed)")
     pages = -(-max_seq // 32) * args.requests
     settings = RunSettings(slots=args.requests, max_concurrent=args.requests,
                            max_seq_len=max_seq, window_s=0.05, sampling=Sampling(),
                            cb_sizing=CBSizing(pages, 1024, 32), repeats=args.repeats,
-                           cb_tune=not args.no_tune, prefill_chunk=args.prefill_chunk)
+                           cb_tune=not args.no_tune)
     runner = Runner(model, settings)
     rows = []
     for gap in args.gap_ms:
@@ -108,9 +100,8 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps({
             "args": {k: str(v) for k, v in vars(args).items()}, "rows": rows,
-            "ratios": ratios(rows), "compile_decode_s": compile_s,
-            "decode_attention": attention, "hf_cb_sizing": asdict(runner.cb_sizing),
-            "hf_cb_tuning": runner.cb_tuning}, indent=1))
+            "ratios": ratios(rows), "decode_attention": attention,
+            "hf_cb_sizing": asdict(runner.cb_sizing), "hf_cb_tuning": runner.cb_tuning}, indent=1))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ import torch
 from neoxlab.config import ModelConfig
 from neoxlab.serve.model import ServeModel
 from neoxlab.serve.policies import policy_for
-from neoxlab.serve.scheduler import Engine, Sampling
+from neoxlab.serve.scheduler import Sampling, ServeLoop
 from neoxlab.serve.weights import build_serve_model
 
 MAX_SEQ = 48
@@ -28,5 +28,5 @@ def tiny_model() -> ServeModel:
 
 def greedy_tokens(model: ServeModel, policy: str, requests, slots: int) -> list[list[int]]:
     """Each request's greedy tokens under one policy with `slots` slots."""
-    engine = Engine(model, policy_for(policy, slots, 0.005), slots, MAX_SEQ, Sampling())
-    return [r["tokens"] for r in engine.run(requests).records]
+    loop = ServeLoop(model, policy_for(policy, slots, 0.005), slots, MAX_SEQ, Sampling())
+    return [r["tokens"] for r in loop.run(requests).records]

@@ -7,7 +7,7 @@ one fp32 tensor of --mib MiB (captured-like data: Gaussian noise scaled per 4 Ki
 gradients are), next to ``dst.copy_(src)`` of the same tensor timed in the same rounds;
 median of --repeats after a warm-up, timed with device events. The kernels are whatever
 NEOXLAB_CODEC_KERNELS selects (auto: Triton on CUDA); zfp also gets a row with the
-torch-ops path. Goals on a GPU (issue 13): casts >= 0.8x copy, int8/int4 >= 0.5x, ZFP
+torch-ops path. Goals on a GPU: casts >= 0.8x copy, int8/int4 >= 0.5x, ZFP
 >= 0.25x. ``--device cpu`` is a dry run of the script itself.
 """
 

@@ -1,4 +1,4 @@
-"""A REAL GPT-NeoX checkout's start-up through our entry (optional, issue 18).
+"""A REAL GPT-NeoX checkout's start-up through our entry (optional).
 
 Runs only with NEOXLAB_TEST_NEOX_DIR=/path/to/gpt-neox and the `[neox]` extra installed
 (pkg_resources, sentencepiece, pybind11). GPT-NeoX's own makefile builds the dataset

@@ -117,7 +117,7 @@ def test_tp2_serve_run_from_checkpoint_generates_like_transformers(trained, run_
     assert summary["model"]["weights_source"].endswith(f"step {STEPS} (trained at tp=2)")
     ((_, requests),) = load_traces(serve_dir / "workload.json")
     records = [json.loads(x) for x in (serve_dir / "serve_results.jsonl").read_text().splitlines()]
-    fused = {r["rid"]: r["tokens"] for r in records if r["engine"] == "fused"}
+    fused = {r["rid"]: r["tokens"] for r in records if r["policy"] == "fused"}
     assert len(fused) == len(requests)
 
     hf = hf_from_checkpoint(checkpoints.root(trained) / f"step{STEPS}", run_config.model, 2)

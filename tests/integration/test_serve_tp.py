@@ -1,6 +1,6 @@
 """`make run EXP=flover_tp2` end to end (2 ranks under mpiexec, TP=2): the run completes,
 writes its trace, results and summary, prints the table, and every request's greedy output
-(chunked prefill on) equals the TP=1 model with the same seed serving the saved trace in
+equals the TP=1 model with the same seed serving the saved trace in
 this process one request at a time, prompt phase first."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 from neoxlab.config import from_dict
 from neoxlab.serve.distributed import init_single_process, shutdown
 from neoxlab.serve.policies import policy_for
-from neoxlab.serve.scheduler import Engine
+from neoxlab.serve.scheduler import ServeLoop
 from neoxlab.serve.weights import build_serve_model
 from neoxlab.serve.workload import load_traces
 from tests.integration.harness import read_status, run_experiment
@@ -25,7 +25,6 @@ SMALL = [
     "serve.output_len_max=12", "serve.prompt_len_min=2", "serve.prompt_len_max=6",
     "serve.max_seq_len=24", "serve.slots=4", "serve.mean_gap_ms=5",
     "serve.policies=[fused,sequential,static]", "model.vocab_size=200",
-    "serve.prefill_chunk=4",  # TP=2 fused and sequential with prompts split over steps
 ]
 
 
@@ -41,20 +40,20 @@ def test_tp2_run_completes_and_writes_its_results(tp2_run):
     proc, run_dir = tp2_run
     assert read_status(run_dir)["state"] == "completed"
     summary = json.loads((run_dir / "summary.json").read_text())
-    engines = {row["engine"]: row for row in summary["engines"]}
-    assert set(engines) == {"fused", "sequential", "static"}
+    policies = {row["policy"]: row for row in summary["policies"]}
+    assert set(policies) == {"fused", "sequential", "static"}
     assert summary["decode_attention"] == "native"  # serve.native_attention, on megatron's TP=2
-    assert all(row["outputs_match"] for row in engines.values())
-    assert engines["fused"]["fused_steps"] < engines["sequential"]["fused_steps"]
+    assert all(row["outputs_match"] for row in policies.values())
+    assert policies["fused"]["fused_steps"] < policies["sequential"]["fused_steps"]
     lines = (run_dir / "serve_results.jsonl").read_text().splitlines()
     assert len(lines) == 3 * 6
     assert "x seq" in proc.stderr + proc.stdout  # the table reached the terminal
     assert (run_dir / "logs" / "rank1.done").exists()
     results = run_dir.parents[1]  # the run collected and drew itself
     table = pd.read_csv(results / "tables" / "flover_tp2.serve.csv")
-    assert sorted(table["engine"]) == sorted(engines)
-    for engine, row in table.set_index("engine").iterrows():
-        assert row["total_s"] == pytest.approx(engines[engine]["total_s"])
+    assert sorted(table["policy"]) == sorted(policies)
+    for policy, row in table.set_index("policy").iterrows():
+        assert row["total_s"] == pytest.approx(policies[policy]["total_s"])
     for name in ("speedup", "latency"):
         assert (results / "figures" / f"flover_tp2.{name}.png").stat().st_size > 0
 
@@ -66,13 +65,13 @@ def test_tp2_outputs_equal_tp1(tp2_run):
     ((_, requests),) = load_traces(run_dir / "workload.json")
     lines = (run_dir / "serve_results.jsonl").read_text().splitlines()
     records = [json.loads(line) for line in lines]
-    tp2 = {r["rid"]: r["tokens"] for r in records if r["engine"] == "fused"}
+    tp2 = {r["rid"]: r["tokens"] for r in records if r["policy"] == "fused"}
     torch.set_num_threads(1)
     init_single_process()
     try:
         max_seq = cfg.serve.max_seq_len
         model = build_serve_model(cfg.model, "random", cfg.train.seed, 1, 0, max_seq)
-        run = Engine(model, policy_for("sequential", 1, 0.0), 1, max_seq).run(requests)
+        run = ServeLoop(model, policy_for("sequential", 1, 0.0), 1, max_seq).run(requests)
     finally:
         shutdown()
     assert {r["rid"]: r["tokens"] for r in run.records} == tp2

@@ -1,4 +1,4 @@
-"""engine=neox start-up defects (issue 18) that need no GPT-NeoX checkout.
+"""engine=neox start-up defects that need no GPT-NeoX checkout.
 
 Local rank: DeepSpeed 0.19.8's own engine set-up is called, with each launcher's environment.
 Fused kernels: validation and the rendered default against the cluster's modules.

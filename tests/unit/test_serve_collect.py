@@ -1,4 +1,4 @@
-"""Serve runs in the tables: one row per engine and gap with fused's advantage, one per
+"""Serve runs in the tables: one row per policy and gap with fused's advantage, one per
 request; training experiments get no serve tables; notebooks pick their experiments; a
 `run:` weights source that cannot be served is refused before anything starts."""
 
@@ -20,9 +20,14 @@ TOTALS = {20.0: {"fused": 0.5, "fused_noreorder": 0.6, "sequential": 2.0},
           1000.0: {"fused": 3.0, "fused_noreorder": 3.0, "sequential": 3.3}}
 
 
-def test_serve_run_becomes_engine_and_request_tables(results_dir: Path):
-    write_serve_run(results_dir, "flover_sweep", "20261201-100000_a", TOTALS)
-    write_serve_run(results_dir, "flover_sweep", "20261201-100001_b", TOTALS, state="failed")
+@pytest.mark.parametrize("old_names", [False, True])
+def test_serve_run_becomes_policy_and_request_tables(results_dir: Path, old_names: bool):
+    """old_names: a run dir written before the policy names (`engines`, `engine`) gives the
+    same tables."""
+    write_serve_run(results_dir, "flover_sweep", "20261201-100000_a", TOTALS,
+                    old_names=old_names)
+    write_serve_run(results_dir, "flover_sweep", "20261201-100001_b", TOTALS, state="failed",
+                    old_names=old_names)
     tables = collect.collect("flover_sweep", results_dir)
 
     runs = tables["runs"].set_index("run_id")
@@ -30,7 +35,8 @@ def test_serve_run_becomes_engine_and_request_tables(results_dir: Path):
     assert list(runs["status"]) == ["completed", "failed"]
     serve = tables["serve"]
     assert len(serve) == 6  # the failed run wrote no summary: no rows, but its run row stays
-    by = serve.set_index(["gap_ms", "engine"])
+    assert "engine" not in serve.columns
+    by = serve.set_index(["gap_ms", "policy"])
     assert by.loc[(20.0, "sequential"), "fused_speedup"] == pytest.approx(2.0 / 0.5)
     assert by.loc[(20.0, "fused_noreorder"), "fused_speedup"] == pytest.approx(0.6 / 0.5)
     assert by.loc[(1000.0, "sequential"), "fused_speedup"] == pytest.approx(3.3 / 3.0)
@@ -42,7 +48,7 @@ def test_serve_run_becomes_engine_and_request_tables(results_dir: Path):
     requests = tables["serve_requests"]
     assert len(requests) == 6 * 3
     assert "tokens" not in requests.columns and set(requests["output_tokens"]) == {4}
-    last = requests[(requests["engine"] == "sequential") & (requests["gap_ms"] == 20.0)
+    last = requests[(requests["policy"] == "sequential") & (requests["gap_ms"] == 20.0)
                     & (requests["rid"] == 2)].iloc[0]
     assert last["latency_s"] == pytest.approx(2.0 - 0.04)
     out = results_dir / "tables"
@@ -53,7 +59,7 @@ def test_serve_run_becomes_engine_and_request_tables(results_dir: Path):
 def test_a_cut_off_request_line_is_counted_not_fatal(results_dir: Path):
     run_dir = write_serve_run(results_dir, "flover_sweep", "20261201-100000_a", TOTALS)
     with (run_dir / "serve_results.jsonl").open("a") as f:
-        f.write('{"gap_ms": 20.0, "engine": "fu')  # a crash mid-line
+        f.write('{"gap_ms": 20.0, "policy": "fu')  # a crash mid-line
     tables = collect.collect("flover_sweep", results_dir)
     assert len(tables["serve_requests"]) == 6 * 3
     assert tables["runs"]["malformed_lines"].tolist() == [1]

@@ -70,40 +70,61 @@ def test_the_old_serve_engines_key_names_its_new_name():
     assert _cfg("serve.policies=[fused]").serve.policies == ["fused"]
 
 
-def test_negative_prefill_chunk_is_rejected():
-    (error,) = validate_serve(_cfg("serve.prefill_chunk=-1"))
-    assert "serve.prefill_chunk=-1 must be >= 0" in error
+@pytest.mark.parametrize("key", ["serve.compile_decode", "serve.prefill_chunk"])
+def test_a_removed_serve_key_is_refused_with_its_reason(key):
+    """Switches that did not pay were removed; setting one says so and why."""
+    from neoxlab.config import to_structured
+
+    section, name = key.split(".")
+    with pytest.raises(ConfigError, match=rf"'{key}' was removed: .+ \(fused .+\); delete it"):
+        _cfg(f"{key}=1")
+    with pytest.raises(ConfigError, match=f"'{key}' was removed"):
+        to_structured({section: {name: 1}})
+
+
+def test_older_stored_configs_load_with_renamed_and_removed_keys():
+    """A run dir's config.json holds every field of its day: serve.engines (now
+    serve.policies), serve.compile_decode and serve.prefill_chunk still load."""
+    from neoxlab.config import from_dict, to_dict
+
+    stored = to_dict(_cfg("serve.policies=[fused,static]"))
+    stored["serve"]["engines"] = stored["serve"].pop("policies")
+    stored["serve"].update(compile_decode=False, prefill_chunk=0)
+    cfg = from_dict(stored)
+    assert cfg.serve.policies == ["fused", "static"]
+    assert cfg.model == _cfg().model
+    assert "engines" in stored["serve"]  # the caller's dict is left as it was
 
 
 def test_repeats_keep_the_run_with_the_median_total_time(monkeypatch):
-    """Two engines, three rounds after their solo warm-ups, in turn: fused's runs take 3, 1,
+    """Two policies, three rounds after their solo warm-ups, in turn: fused's runs take 3, 1,
     9 s and static's 4, 6, 5 s; the medians (3, 5) are reported with the spread."""
     from neoxlab.serve import runner
-    from neoxlab.serve.scheduler import EngineRun, Sampling
+    from neoxlab.serve.scheduler import PolicyRun, Sampling
     from neoxlab.serve.workload import Request
 
     order = iter([("fused", 0.5), ("static", 0.4), ("fused", 3.0), ("static", 4.0),
                   ("fused", 1.0), ("static", 6.0), ("fused", 9.0), ("static", 5.0)])
     served = []
 
-    class FakeEngine:
+    class FakeLoop:
         def __init__(self, model, policy, *args, **kwargs):
             self.name = policy.name
 
         def run(self, requests):
             name, total = next(order)
-            assert name == self.name  # warm-ups first, then rounds of every engine in turn
+            assert name == self.name  # warm-ups first, then rounds of every policy in turn
             served.append([r.rid for r in requests])
             rec = {"rid": 0, "arrival_s": 0.0, "admit_s": 0.0, "first_token_s": total / 2,
                    "finish_s": total, "prompt_len": 2, "max_new_tokens": 3, "tokens": [1, 2, 3]}
-            return EngineRun(name, records=[rec], total_s=total, cpu_s=total)
+            return PolicyRun(name, records=[rec], total_s=total, cpu_s=total)
 
-    monkeypatch.setattr(runner, "Engine", FakeEngine)
+    monkeypatch.setattr(runner, "ServeLoop", FakeLoop)
     settings = runner.RunSettings(slots=2, max_concurrent=2, max_seq_len=16, window_s=0.0,
                                   sampling=Sampling(), cb_sizing=None, repeats=3)
     requests = [Request(0, 0.0, [1, 2], 3, 0)]
-    got = runner.Runner(model=None, settings=settings).run_engines(["fused", "static"],
-                                                                   requests)
+    got = runner.Runner(model=None, settings=settings).run_policies(["fused", "static"],
+                                                                    requests)
     fused, static = got["fused"][1], got["static"][1]
     assert (fused["total_s"], fused["total_s_min"], fused["total_s_max"]) == (3.0, 1.0, 9.0)
     assert (static["total_s"], static["total_s_min"], static["total_s_max"]) == (5.0, 4.0, 6.0)

@@ -9,7 +9,7 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
 from neoxlab.config import Config, ConfigError, to_structured
-from neoxlab.config.schema import renamed_key_error
+from neoxlab.config.schema import old_key_error
 from neoxlab.files import REPO_ROOT
 
 # The schema is the base of configs/config.yaml, so overrides of any schema field work even
@@ -32,9 +32,9 @@ def compose_experiment(name: str, overrides: list[str] | None = None) -> Config:
             f"{list_experiments()}"
         )
     for override in overrides or []:
-        renamed = renamed_key_error(override.split("=", 1)[0].lstrip("+~"))
-        if renamed is not None:
-            raise renamed
+        old = old_key_error(override.split("=", 1)[0].lstrip("+~"))
+        if old is not None:
+            raise old
     args = [f"hydra.searchpath=[file://{REPO_ROOT}]", f"+experiments={name}", *(overrides or [])]
     try:
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):

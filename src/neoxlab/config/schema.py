@@ -6,6 +6,7 @@ so a typo in an experiment file fails before anything starts.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -238,7 +239,7 @@ class ServeConfig:
     num_requests: int = 32
     arrival: str = "poisson"  # poisson | constant
     mean_gap_ms: float = 20.0
-    gaps_ms: list[float] = field(default_factory=list)  # a sweep: every engine at each gap
+    gaps_ms: list[float] = field(default_factory=list)  # a sweep: every policy at each gap
     gap_scale: float = 1.0  # actual gap = nominal gap x gap_scale (CPU: scale to step time)
     prompt_len_min: int = 8
     prompt_len_max: int = 16
@@ -253,7 +254,7 @@ class ServeConfig:
     eos_token_id: int | None = None
     seed: int = 1234  # workload and per-request sampling seeds
     batch_window_ms: float = 50.0  # dynamic batching window
-    repeats: int = 1  # timed runs per engine and trace; the median total time is reported
+    repeats: int = 1  # timed runs per policy and trace; the median total time is reported
     hf_cb_num_blocks: int = 64
     hf_cb_max_batch_tokens: int = 512
     hf_cb_page_size: int = 32
@@ -264,13 +265,6 @@ class ServeConfig:
     # decode steps' attention through a C++ kernel built once per machine (fp32, CPU; SDPA
     # elsewhere, or when it cannot be built: summary.json's decode_attention says which)
     native_attention: bool = True
-    # TP=1 lean path: a decode step's norms, products, FFN and head on torch.compile's graphs,
-    # rows padded to a power of two (each size's graphs compiled before the timed runs),
-    # attention eager, products F.linear. Off: on the CPU it did not pay (README, Flover)
-    compile_decode: bool = False
-    # chunked prefill: prompt tokens each decode step carries (fused, fused_noreorder,
-    # sequential); 0: one prompt phase per admission, before the step
-    prefill_chunk: int = 0
 
 
 @dataclass
@@ -298,15 +292,24 @@ class ConfigError(ValueError):
 
 
 RENAMED_KEYS = {"serve.engines": "serve.policies"}  # old key -> its new name
+# old key -> why it went: switches whose runs were slower or no faster (README, Flover)
+REMOVED_KEYS = {
+    "serve.compile_decode": "decode steps on torch.compile's graphs were slower on the CPU "
+                            "(fused at 8 layers, hidden 512: 600-718 against 946-1078 tok/s)",
+    "serve.prefill_chunk": "chunked prefill was no faster (fused 11.8-12.1 s at 32-64 tokens "
+                           "a step against 10.2-11.6 s without)",
+}
 
 
-def renamed_key_error(key: str) -> ConfigError | None:
-    """The error for a key that was renamed (None for any other key)."""
-    new = RENAMED_KEYS.get(key)
-    if new is None:
-        return None
-    return ConfigError(f"config key '{key}' was renamed '{new}' (same values); rename it in "
-                       "your experiment file or override")
+def old_key_error(key: str) -> ConfigError | None:
+    """The error for a key that was renamed or removed (None for any other key)."""
+    if key in RENAMED_KEYS:
+        return ConfigError(f"config key '{key}' was renamed '{RENAMED_KEYS[key]}' (same "
+                           "values); rename it in your experiment file or override")
+    if key in REMOVED_KEYS:
+        return ConfigError(f"config key '{key}' was removed: {REMOVED_KEYS[key]}; delete it "
+                           "from your experiment file or override")
+    return None
 
 
 def to_structured(raw: DictConfig | dict) -> Config:
@@ -316,9 +319,9 @@ def to_structured(raw: DictConfig | dict) -> Config:
         merged = OmegaConf.merge(schema, raw)
     except ConfigKeyError as exc:
         key = getattr(exc, "full_key", None) or str(exc)
-        renamed = renamed_key_error(key)
-        if renamed is not None:
-            raise renamed from None
+        old = old_key_error(key)
+        if old is not None:
+            raise old from None
         raise ConfigError(
             f"unknown config key '{key}': every key must be a field of the schema in "
             f"neoxlab/config.py; fix the spelling or remove it"
@@ -337,4 +340,16 @@ def to_dict(cfg: Config) -> dict[str, Any]:
 
 
 def from_dict(data: dict[str, Any]) -> Config:
+    """A stored config (a run dir's config.json, every field written): keys renamed since it
+    was written are read under their new name and removed ones are dropped, so older run
+    dirs still load."""
+    data = copy.deepcopy(data)
+    for old, new in RENAMED_KEYS.items():
+        section, key = old.split(".")
+        if key in data.get(section, {}):
+            new_section, new_key = new.split(".")
+            data.setdefault(new_section, {}).setdefault(new_key, data[section].pop(key))
+    for old in REMOVED_KEYS:
+        section, key = old.split(".")
+        data.get(section, {}).pop(key, None)
     return to_structured(OmegaConf.create(data))

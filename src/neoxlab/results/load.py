@@ -210,7 +210,7 @@ def load_run(run_dir: Path, log: Path | None = None) -> Run:
         request_records, bad_requests = read_jsonl(run_dir / "serve_results.jsonl")
         run.malformed += bad_requests
         row["malformed_lines"] = len(run.malformed)
-        run.serve = serve_results.engine_rows(summary, row)
+        run.serve = serve_results.policy_rows(summary, row)
         run.serve_requests = serve_results.request_rows(request_records, row)
     return run
 

@@ -23,7 +23,7 @@ import yaml
 from neoxlab.files import REPO_ROOT, atomic_path
 from neoxlab.results import RUN_KEYS
 from neoxlab.results.load import COMM_FIELDS, STEP_FIELDS, Malformed, Run, find_run_dirs, load_run
-from neoxlab.results.serve import ENGINE_FIELDS, REQUEST_FIELDS
+from neoxlab.results.serve import POLICY_FIELDS, REQUEST_FIELDS
 
 BASELINE = "none"
 NOT_EXPERIMENTS = {"tables", "figures", "predictions", "calibration"}
@@ -73,10 +73,10 @@ def _per_run(runs: list[Run], group: str, attr: str, columns: tuple[str, ...]) -
 
 
 def serve_tables(runs: list[Run], group: str) -> dict[str, pd.DataFrame]:
-    """Engine and request tables of the serve runs; none when no run served."""
+    """Policy and request tables of the serve runs; none when no run served."""
     if not any(run.row.get("task") == "serve" or run.serve for run in runs):
         return {}
-    return {"serve": _rows(runs, group, "serve", ENGINE_FIELDS),
+    return {"serve": _rows(runs, group, "serve", POLICY_FIELDS),
             "serve_requests": _rows(runs, group, "serve_requests", REQUEST_FIELDS)}
 
 

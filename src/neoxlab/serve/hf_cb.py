@@ -19,7 +19,7 @@ from functools import cache
 import torch
 
 from neoxlab.config import ModelConfig
-from neoxlab.serve.scheduler import EngineRun, Sampling
+from neoxlab.serve.scheduler import PolicyRun, Sampling
 from neoxlab.serve.workload import Request
 
 
@@ -112,7 +112,7 @@ def hf_cb_model(model: ModelConfig, weights: str, seed: int):
     return llama_twin(model, seed), f"llama twin (matched shape{why})"
 
 
-def run_hf_cb(model, requests: list[Request], sizing: CBSizing, sampling: Sampling) -> EngineRun:
+def run_hf_cb(model, requests: list[Request], sizing: CBSizing, sampling: Sampling) -> PolicyRun:
     """Submit each request at its arrival time; collect tokens and timestamps as they finish."""
     longest = max(r.max_new_tokens for r in requests)
     if model.config._attn_implementation not in (sizing.attn, f"paged|{sizing.attn}"):
@@ -122,7 +122,7 @@ def run_hf_cb(model, requests: list[Request], sizing: CBSizing, sampling: Sampli
         continuous_batching_config=_cb_config(sizing),
     )
     manager.start()
-    result = EngineRun("hf_cb")
+    result = PolicyRun("hf_cb")
     outputs: dict[str, object] = {}
     t0, cpu0 = time.perf_counter(), time.process_time()
 

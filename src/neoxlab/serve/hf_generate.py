@@ -1,7 +1,7 @@
 """`hf_generate`: transformers' own `generate`, one request at a time, as a second
 sequential baseline on the matched model.
 
-At TP=1 the GPT-NeoX it runs holds the very weights our engines serve (copied from the
+At TP=1 the GPT-NeoX it runs holds the very weights our policies serve (copied from the
 ServeModel: the parameter names differ only by prefix), so its greedy tokens must equal
 ours and the runner checks that they do. It measures our per-token step against the
 library's on the same network.
@@ -14,7 +14,7 @@ import time
 import torch
 
 from neoxlab.serve.model import ServeModel
-from neoxlab.serve.scheduler import EngineRun, Sampling
+from neoxlab.serve.scheduler import PolicyRun, Sampling
 from neoxlab.serve.workload import Request
 
 
@@ -71,9 +71,9 @@ class _FirstToken:
         pass
 
 
-def run_hf_generate(model, requests: list[Request], sampling: Sampling) -> EngineRun:
+def run_hf_generate(model, requests: list[Request], sampling: Sampling) -> PolicyRun:
     """Serve the trace one request at a time in arrival order with model.generate."""
-    result = EngineRun("hf_generate")
+    result = PolicyRun("hf_generate")
     t0, cpu0 = time.perf_counter(), time.process_time()
     eos = sampling.eos_token_id
     for r in sorted(requests, key=lambda r: (r.arrival_s, r.rid)):

@@ -13,49 +13,27 @@ F.layer_norm) on the very same parameter tensors, on the CPU with prepacked weig
 rotary tables and the causal bias built once and sliced. megatron-core's parallel layers
 cost a Python autograd function and extra ops per call, which at decode sizes is a large
 share of a step (bench/serve_profile.py shows the split). TP>1 keeps megatron's layers.
-serve.compile_decode runs a decode step's dense work on torch.compile's graphs instead
-(ServeModel.use_compiled_decode; off by default: it did not pay on the CPU). A decode step's
-attention runs on a C++ kernel on the CPU (serve.native_attention, any TP).
+A decode step's attention runs on a C++ kernel on the CPU (serve.native_attention, any TP).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from functools import partial
 
 import torch
 import torch.nn.functional as F
 from megatron.core import parallel_state
 
 from neoxlab.config import ModelConfig
-from neoxlab.engines.builtin.model.layers import TransformerLayer, head_dim, rotary_dim
-from neoxlab.engines.builtin.model.pipe import layer_specs
-from neoxlab.engines.builtin.model.rotary import rotary_tables
+from neoxlab.model.layers import TransformerLayer, head_dim, rotary_dim
+from neoxlab.model.pipe import layer_specs
+from neoxlab.model.rotary import rotary_tables
 from neoxlab.serve import native_attention, packed_linear
 from neoxlab.serve.cache import KVCache
 
 Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 Linear = Callable[..., torch.Tensor]  # F.linear's signature
-
-
-@dataclass(frozen=True)
-class PromptPiece:
-    """Prompt tokens of one request at positions start.. of its slot (chunked prefill)."""
-
-    slot: int
-    start: int
-    tokens: list[int]
-
-
-@dataclass(frozen=True)
-class CompiledDecode:
-    """The compiled halves of a lean block and the head (ServeModel.use_compiled_decode)."""
-
-    qkv: Callable[..., tuple[torch.Tensor, ...]]  # lean_qkv
-    out: Callable[..., torch.Tensor]  # lean_out
-    head: Callable[..., torch.Tensor]  # lean_head
 
 
 class ServeModel(torch.nn.Module):
@@ -75,7 +53,6 @@ class ServeModel(torch.nn.Module):
         self.num_layers = model.num_layers
         self.lean = tp == 1  # plain-op forward (serve.lean_decode); TP>1 needs megatron's
         self.use_packed_linear(True)
-        self.compiled: CompiledDecode | None = None  # serve.compile_decode
         self.native_attend = False  # serve.native_attention (use_native_attention)
         cos, sin = rotary_tables(max_seq_len, rotary_dim(model), model.rotary_emb_base,
                                  torch.float32, torch.device("cpu"))
@@ -138,36 +115,6 @@ class ServeModel(torch.nn.Module):
         return "sdpa" if not on else f"sdpa (native kernel not built: "\
             f"{native_attention.unavailable()})"
 
-    def use_compiled_decode(self, on: bool, rows: int = 1) -> float:
-        """serve.compile_decode: a decode step's dense work through torch.compile (lean path,
-        TP=1). Its rows are padded to their bucket (packed_linear.row_bucket: 1, 2, 4 ...),
-        so each bucket compiles once with static shapes. The cache write and the attention,
-        whose key length grows every step, stay eager on the real rows between a block's two
-        graphs, so a new `span` compiles nothing; the weights are graph inputs, so the same
-        graphs serve every layer. The products inside are F.linear (the prepacked weights are
-        opaque oneDNN tensors the compiler cannot trace; behind a custom op they only matched
-        the eager packed step). Chunked prefill's mixed steps and prompt phases stay eager.
-        Every bucket up to `rows` is compiled here, so that no timed step compiles; returns
-        the seconds that took. On this CPU it does not pay: a compiled call costs about what
-        fusing a block's elementwise ops saves, and products and attention, most of a step,
-        are the same ops (studies/flover.py --compile-decode)."""
-        self.compiled = None
-        if not (on and self.lean and self.tp == 1):
-            return 0.0
-        # one graph per bucket and function: more than dynamo's default of 8 from 256 rows
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 32)
-        # plain functions, not partials: dynamo keeps its graphs per code object, and every
-        # partial runs through the same wrapper code (one shared list of guards to search)
-        graph = partial(torch.compile, fullgraph=True, dynamic=False)
-        self.compiled = CompiledDecode(graph(lean_qkv), graph(lean_out), graph(lean_head))
-        start = time.perf_counter()
-        bucket = 1
-        while bucket <= packed_linear.row_bucket(rows):
-            zeros = torch.zeros(bucket, dtype=torch.long, device=self.rotary_cos.device)
-            self.decode(zeros, zeros, 0, self.new_cache(bucket, 1), 1)
-            bucket *= 2
-        return time.perf_counter() - start
-
     def blocks(self) -> list[TransformerLayer]:
         return [getattr(self, str(i)) for i in range(1, self.num_layers + 1)]
 
@@ -194,16 +141,16 @@ class ServeModel(torch.nn.Module):
         if pick is not None:
             x = x.reshape(-1, x.shape[-1])[pick]
         if lean:
-            return self._lean_head(partial(lean_head, self.linear), x)
+            return self._lean_head(x)
         norm = getattr(self, str(self.num_layers + 1)).norm
         return self._logits(F.layer_norm(x, norm.normalized_shape, norm.weight, norm.bias,
                                          norm.eps))
 
-    def _lean_head(self, head: Callable[..., torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-        """lean_head (its products bound) on this model's final norm and head weight."""
-        return head(getattr(self, str(self.num_layers + 1)).norm,
-                    getattr(self, str(self.num_layers + 2)).final_linear.weight, x,
-                    self.config.vocab_size)
+    def _lean_head(self, x: torch.Tensor) -> torch.Tensor:
+        """lean_head on this model's final norm and head weight."""
+        return lean_head(self.linear, getattr(self, str(self.num_layers + 1)).norm,
+                         getattr(self, str(self.num_layers + 2)).final_linear.weight, x,
+                         self.config.vocab_size)
 
     def rotary_dtype(self) -> torch.dtype:
         return next(self.parameters()).dtype
@@ -272,86 +219,9 @@ class ServeModel(torch.nn.Module):
             span = int(positions.max()) + 1
         fused = self._decode_attention(positions, lo, span, cache)
         cos, sin = self.rotary_cos[positions][:, None], self.rotary_sin[positions][:, None]
-        if self.compiled is not None and self.lean and self.tp == 1:
-            return self._compiled_decode(tokens, cos, sin, fused)
         logits = self._decode_fastest(
             len(tokens), lambda: self._forward(tokens[:, None], cos, sin, fused))
         return logits[:, 0]
-
-    def _compiled_decode(self, tokens: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                         attend: Attend) -> torch.Tensor:
-        """decode's forward on the compiled graphs (use_compiled_decode): logits [n, vocab].
-        The padding rows (token 0, rotary angle 0) reach neither the cache nor the logits:
-        attention sees the real rows only, and every other op is row by row."""
-        n, graphs = len(tokens), self.compiled
-        rows = packed_linear.row_bucket(n)
-        tokens = padded(tokens, rows)
-        cos, sin = (padded(t.to(self.rotary_dtype()), rows) for t in (cos, sin))
-        x = F.embedding(tokens[:, None], getattr(self, "0").word_embeddings.weight)
-        for i, layer in enumerate(self.blocks()):
-            q, k, v = graphs.qkv(F.linear, layer, x, cos, sin)
-            x = graphs.out(F.linear, layer, x, padded(attend(i, q[:n], k[:n], v[:n]), rows))
-        return self._lean_head(partial(graphs.head, F.linear), x)[:n, 0]
-
-    @torch.inference_mode()
-    def mixed_step(self, tokens: torch.Tensor, positions: torch.Tensor, lo: int, span: int,
-                   pieces: list[PromptPiece], cache: KVCache) -> torch.Tensor:
-        """Chunked prefill: one forward carries the fused decode rows of slots [lo, lo+n)
-        (as `decode`) and prompt pieces of requests still filling their slots.
-
-        All tokens are packed into one sequence, so every linear layer runs once over
-        decode and prompt tokens together; only attention splits: the decode rows attend
-        over their contiguous slot range, each piece writes its positions [start, start+c)
-        into its slot and attends causally to that slot's positions < start + c.
-        Returns logits [n + len(pieces), vocab]: the decode rows, then each piece's last
-        position.
-        """
-        n = tokens.shape[0]
-        device = tokens.device
-        piece_tokens = [t for piece in pieces for t in piece.tokens]
-        piece_pos = [piece.start + j for piece in pieces for j in range(len(piece.tokens))]
-        all_tokens = torch.cat((tokens, torch.tensor(piece_tokens, dtype=torch.long,
-                                                     device=device)))
-        all_pos = torch.cat((positions, torch.tensor(piece_pos, dtype=torch.long,
-                                                     device=device)))
-        fused = self._decode_attention(positions, lo, span, cache) if n else None
-        ends, offset = [], n
-        for piece in pieces:
-            offset += len(piece.tokens)
-            ends.append(offset - 1)
-
-        def attend(i: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            parts = []
-            if fused is not None:  # [1, heads, n, d] <-> [n, heads, 1, d] are the same rows
-                rows = [t[0, :, :n].transpose(0, 1)[:, :, None] for t in (q, k, v)]
-                parts.append(fused(i, *rows)[:, :, 0].transpose(0, 1))
-            at = n
-            for piece in pieces:
-                c = len(piece.tokens)
-                parts.append(self._piece_attention(i, piece, q[0, :, at:at + c],
-                                                   k[0, :, at:at + c], v[0, :, at:at + c],
-                                                   cache))
-                at += c
-            return torch.cat(parts, dim=1)[None]
-
-        cos, sin = self.rotary_cos[all_pos][None], self.rotary_sin[all_pos][None]
-        pick = torch.cat((torch.arange(n, device=device),
-                          torch.tensor(ends, dtype=torch.long, device=device)))
-        return self._forward(all_tokens[None], cos, sin, attend, pick)
-
-    def _piece_attention(self, i: int, piece: PromptPiece, q: torch.Tensor, k: torch.Tensor,
-                         v: torch.Tensor, cache: KVCache) -> torch.Tensor:
-        """One prompt piece ([heads, c, d]) of layer i: cache its K/V, attend causally to its
-        slot's positions < start + c."""
-        start, end = piece.start, piece.start + len(piece.tokens)
-        keys, values = cache.k[i, piece.slot], cache.v[i, piece.slot]
-        keys[:, start:end] = k
-        values[:, start:end] = v
-        if start == 0:
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        bias = self.causal_bias[start:end, :end].to(q.dtype)
-        return F.scaled_dot_product_attention(q, keys[:, :end], values[:, :end],
-                                              attn_mask=bias)
 
     def _decode_attention(self, positions: torch.Tensor, lo: int, span: int,
                           cache: KVCache) -> Attend:
@@ -419,15 +289,6 @@ def lean_head(linear: Linear, norm: torch.nn.LayerNorm, weight: torch.Tensor, x:
     """Final norm and head (TP=1): logits [..., vocab_size] in fp32, padding cut off."""
     x = F.layer_norm(x, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
     return linear(x, weight)[..., :vocab_size].float()
-
-
-def padded(t: torch.Tensor, rows: int) -> torch.Tensor:
-    """t [n, ...] in the first rows of a new zeroed [rows, ...] tensor: padding, and one
-    memory layout whatever t's (dynamo guards on strides, even of dimensions of size 1,
-    which SDPA's output sets differently from step to step)."""
-    out = t.new_zeros(rows, *t.shape[1:])
-    out[: len(t)] = t
-    return out
 
 
 def gather_last_dim(local: torch.Tensor) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""What every serve rank runs: discover -> init TP groups -> build the model -> every engine
+"""What every serve rank runs: discover -> init TP groups -> build the model -> every policy
 on every trace -> results in the run dir (rank 0) -> table.
 
 Mirrors the training program's contract with the launcher: output in logs/rank<N>.log,
@@ -35,7 +35,6 @@ def settings_of(cfg: Config):
         sampling=Sampling(s.sampling, s.temperature, s.top_k, s.eos_token_id),
         cb_sizing=CBSizing(s.hf_cb_num_blocks, s.hf_cb_max_batch_tokens, s.hf_cb_page_size),
         weights=s.weights, seed=cfg.train.seed, repeats=s.repeats, cb_tune=s.hf_cb_tune,
-        prefill_chunk=s.prefill_chunk,
     )
 
 
@@ -68,7 +67,6 @@ def serve(cfg: Config, run_dir: Path, rank: int, world: int, terminal: TextIO | 
     model.lean = s.lean_decode and cfg.parallel.tp == 1
     model.use_packed_linear(s.packed_linear, s.packed_linear_timed)
     attention = model.use_native_attention(s.native_attention)  # built before any timing
-    compile_s = model.use_compiled_decode(s.compile_decode, s.slots)  # before any timing
     traces = traces_of(cfg, model.config.vocab_size)
     if rank == 0:
         rundir.write_json(run_dir / "workload.json", {"traces": [
@@ -88,12 +86,11 @@ def serve(cfg: Config, run_dir: Path, rank: int, world: int, terminal: TextIO | 
         lines = "".join(json.dumps(r, sort_keys=True) + "\n" for r in request_rows)
         rundir.write_atomic(run_dir / "serve_results.jsonl", lines)
         rundir.write_json(run_dir / "summary.json", {
-            "task": "serve", "engines": rows, "ratios": ratios(rows),
+            "task": "serve", "policies": rows, "ratios": ratios(rows),
             "model": {"layers": model.config.num_layers, "hidden": model.config.hidden_size,
                       "heads": model.config.num_attention_heads, "tp": cfg.parallel.tp,
                       "weights": s.weights, "weights_source": model.source},
             "gap_scale": s.gap_scale,
-            "compile_decode_s": compile_s,  # serve.compile_decode: every bucket compiled
             "decode_attention": attention,  # serve.native_attention: native, or sdpa and why
             "hf_cb_sizing": asdict(runner.cb_sizing) if "hf_cb" in s.policies else None,
             "hf_cb_tuning": runner.cb_tuning,

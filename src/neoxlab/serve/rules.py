@@ -26,9 +26,6 @@ def validate_serve(cfg: Config) -> list[str]:
                  "hf_cb_num_blocks", "hf_cb_max_batch_tokens", "hf_cb_page_size", "repeats"):
         if getattr(s, name) < 1:
             errors.append(f"serve.{name}={getattr(s, name)} must be >= 1; use a positive integer")
-    if s.prefill_chunk < 0:
-        errors.append(f"serve.prefill_chunk={s.prefill_chunk} must be >= 0: prompt tokens each "
-                      "decode step carries; use 0 (a prompt phase per admission) or more")
     for name in ("mean_gap_ms", "batch_window_ms"):
         if getattr(s, name) < 0:
             errors.append(f"serve.{name}={getattr(s, name)} is negative: a time gap must be >= 0;"

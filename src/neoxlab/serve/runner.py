@@ -1,5 +1,5 @@
-"""Every engine on the same model and trace, side by side: warm-up + solo baseline, the
-timed run, summaries, speedups and an output check against a reference engine."""
+"""Every policy on the same model and trace, side by side: warm-up + solo baseline, the
+timed run, summaries, speedups and an output check against a reference policy."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from neoxlab.serve.hf_cb_tune import tune_hf_cb
 from neoxlab.serve.hf_generate import neox_twin, run_hf_generate
 from neoxlab.serve.model import ServeModel
 from neoxlab.serve.policies import policy_for
-from neoxlab.serve.scheduler import Control, Engine, EngineRun, Sampling
+from neoxlab.serve.scheduler import Control, PolicyRun, Sampling, ServeLoop
 from neoxlab.serve.stats import per_request, solo_timing, summarize
 from neoxlab.serve.workload import Request
 
@@ -26,9 +26,8 @@ class RunSettings:
     cb_sizing: CBSizing
     weights: str = "random"
     seed: int = 1234
-    repeats: int = 1  # timed runs per engine and trace; the one with the median total time
+    repeats: int = 1  # timed runs per policy and trace; the one with the median total time
     cb_tune: bool = False  # search hf_cb's sizing on the first trace, then time the best
-    prefill_chunk: int = 0  # prompt tokens per decode step (chunked prefill); 0: off
 
 
 class Runner:
@@ -56,8 +55,9 @@ class Runner:
             self.cb_sizing, self.cb_tuning = tune_hf_cb(
                 self.hf()[0], requests, self.settings.sampling, self.settings.cb_sizing)
 
-    def _server(self, name: str) -> tuple[Callable[[list[Request]], EngineRun], str]:
-        """(serve a list of requests on a fresh engine, the label of the network that runs)."""
+    def _server(self, name: str) -> tuple[Callable[[list[Request]], PolicyRun], str]:
+        """(serve a list of requests under policy `name` from a fresh start, the label of the
+        network that runs)."""
         s = self.settings
         if name == "hf_cb":
             model, label = self.hf()
@@ -67,22 +67,22 @@ class Runner:
             return ((lambda reqs: run_hf_generate(twin, reqs, s.sampling)),
                     "gpt-neox (transformers generate, same weights)")
         policy = policy_for(name, s.max_concurrent, s.window_s)
-        return (lambda reqs: Engine(self.model, policy, s.slots, s.max_seq_len, s.sampling,
-                                    self.control, s.prefill_chunk).run(reqs)), "gpt-neox (ours)"
+        return (lambda reqs: ServeLoop(self.model, policy, s.slots, s.max_seq_len, s.sampling,
+                                       self.control).run(reqs)), "gpt-neox (ours)"
 
-    def run_engines(self, engines: list[str], requests: list[Request]
-                    ) -> dict[str, tuple[EngineRun, dict]]:
-        """Every engine warms up on the longest request alone (its timings are the solo
-        baseline), then serves the trace on a fresh engine, `repeats` rounds of every engine
-        in turn (a stall of a shared machine hits one round, not one engine's every run);
-        each engine's run with the median total time is kept."""
-        if "hf_cb" in engines:
+    def run_policies(self, policies: list[str], requests: list[Request]
+                     ) -> dict[str, tuple[PolicyRun, dict]]:
+        """Every policy warms up on the longest request alone (its timings are the solo
+        baseline), then serves the trace from a fresh start, `repeats` rounds of every
+        policy in turn (a stall of a shared machine hits one round, not one policy's every
+        run); each policy's run with the median total time is kept."""
+        if "hf_cb" in policies:
             self.tune_cb(requests)
         longest = max(requests, key=lambda r: (r.max_new_tokens, len(r.prompt)))
         solo_req = [replace(longest, arrival_s=0.0)]
-        servers = {name: self._server(name) for name in engines}
+        servers = {name: self._server(name) for name in policies}
         solos = {name: serve(solo_req) for name, (serve, _) in servers.items()}
-        timed: dict[str, list[EngineRun]] = {name: [] for name in engines}
+        timed: dict[str, list[PolicyRun]] = {name: [] for name in policies}
         for _ in range(max(self.settings.repeats, 1)):
             for name, (serve, _) in servers.items():
                 timed[name].append(serve(requests))
@@ -96,38 +96,39 @@ class Runner:
             out[name] = run, summary
         return out
 
-    def run_all(self, engines: list[str], requests: list[Request], gap_ms: float
+    def run_all(self, policies: list[str], requests: list[Request], gap_ms: float
                 ) -> tuple[list[dict], list[dict]]:
-        """(summary rows, per-request rows) for every engine on this trace."""
+        """(summary rows, per-request rows) for every policy on this trace."""
         runs, rows = {}, []
-        for name, (run, summary) in self.run_engines(engines, requests).items():
+        for name, (run, summary) in self.run_policies(policies, requests).items():
             runs[name] = run
             rows.append({"gap_ms": gap_ms, **summary})
-        reference = "sequential" if "sequential" in runs else engines[0]
+        reference = "sequential" if "sequential" in runs else policies[0]
         ref_tokens = [r["tokens"] for r in runs[reference].records]
         base = runs.get("sequential")
         for row in rows:
-            run = runs[row["engine"]]
+            run = runs[row["policy"]]
             same_model = row["model"].startswith("gpt-neox")
             tokens = [r["tokens"] for r in run.records]
-            if row["engine"] == "hf_generate" and self.settings.sampling.mode != "greedy":
+            if row["policy"] == "hf_generate" and self.settings.sampling.mode != "greedy":
                 same_model = False  # it samples from torch's global generator, not ours
             row["outputs_match"] = (tokens == ref_tokens) if same_model else None
             row["requests_same"] = (sum(a == b for a, b in zip(tokens, ref_tokens, strict=True))
                                     if same_model else None)  # how many requests agree
             row["speedup"] = base.total_s / run.total_s if base and run.total_s else None
         requests_rows = [
-            {"gap_ms": gap_ms, "engine": name, **rec, **per_request(rec)}
+            {"gap_ms": gap_ms, "policy": name, **rec, **per_request(rec)}
             for name, run in runs.items() for rec in run.records
         ]
         return rows, requests_rows
 
 
 def ratios(rows: list[dict]) -> dict:
-    """The issue's headline ratios at each gap (None where an engine did not run)."""
+    """Headline ratios at each gap: fused's advantage over each baseline, and our sequential's
+    tokens/s over transformers' generate (None where a policy did not run)."""
     out = {}
     for gap in sorted({r["gap_ms"] for r in rows}):
-        by = {r["engine"]: r for r in rows if r["gap_ms"] == gap}
+        by = {r["policy"]: r for r in rows if r["gap_ms"] == gap}
         out[str(gap)] = {
             "fused_vs_sequential_total_time": _ratio(by, "sequential", "total_s", False),
             "fused_vs_hf_cb_throughput": _ratio(by, "hf_cb", "tokens_per_s", True),

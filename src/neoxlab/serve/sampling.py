@@ -1,7 +1,7 @@
 """Next-token choice: greedy, or sampling from a per-request generator.
 
 Each request owns its generator (seeded by the request), so a sampled output does not depend
-on which other requests share its decode step: every engine gives the same text.
+on which other requests share its decode step: every policy gives the same text.
 """
 
 from __future__ import annotations

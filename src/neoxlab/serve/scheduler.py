@@ -1,12 +1,6 @@
-"""The serving loop shared by our engines: admit arrived requests (one batched prompt phase
+"""The serving loop shared by our policies: admit arrived requests (one batched prompt phase
 for all admitted together), then one fused decode step over a slot range, evict finished
 requests, repeat.
-
-With chunked prefill (prefill_chunk > 0; not for static/dynamic, whose batches have their
-own prompt phase) admission only assigns a slot: each decode step then also carries up to
-prefill_chunk prompt tokens of the requests still filling their slots, oldest first, in the
-same forward (ServeModel.mixed_step). A request joins the decode rows once its whole prompt
-is cached; its first token comes from the step that carried its last prompt piece.
 
 Per-slot tokens and positions live in Python lists: the step builds its two small input
 tensors from them, and the only host synchronisation per step is reading the chosen tokens
@@ -27,7 +21,7 @@ from typing import Any
 import psutil
 import torch
 
-from neoxlab.serve.model import PromptPiece, ServeModel
+from neoxlab.serve.model import ServeModel
 from neoxlab.serve.policies import Policy
 from neoxlab.serve.sampling import pick, request_generator
 from neoxlab.serve.slots import SlotTable
@@ -61,17 +55,17 @@ class _Live:
     gen: torch.Generator | None
     admit_s: float
     first_s: float
-    fed: int = 0  # prompt tokens already in the cache (chunked prefill)
-    order: int = 0  # admission order: older requests' prompt pieces go first
 
 
 @dataclass
-class EngineRun:
-    engine: str
+class PolicyRun:
+    """One policy's service of one trace: per-request records and step counters."""
+
+    policy: str
     records: list[dict] = field(default_factory=list)  # one per request
     steps: int = 0  # fused decode steps
     rows: int = 0  # rows computed over all steps
-    wasted_rows: int = 0  # rows of finished (or still filling) requests computed anyway
+    wasted_rows: int = 0  # rows of finished requests computed anyway
     moves: int = 0  # slot-to-slot cache copies of buffer reordering
     total_s: float = 0.0
     cpu_s: float = 0.0  # process CPU time: robust to other load on a shared machine
@@ -79,13 +73,12 @@ class EngineRun:
     kv_cache_bytes: int = 0
 
 
-class Engine:
+class ServeLoop:
+    """Serves one trace under one of our policies (fused, ..., dynamic) on preallocated slots."""
+
     def __init__(self, model: ServeModel, policy: Policy, slots: int, max_seq_len: int,
-                 sampling: Sampling = Sampling(), control: Control | None = None,
-                 prefill_chunk: int = 0):
+                 sampling: Sampling = Sampling(), control: Control | None = None):
         self.model, self.policy, self.sampling = model, policy, sampling
-        # prompt tokens a decode step carries (chunked prefill); 0: a prompt phase per admission
-        self.prefill_chunk = 0 if policy.batch_mode else prefill_chunk
         self.control = control or Control()
         self.cache = model.new_cache(slots, max_seq_len)
         self.max_seq_len = max_seq_len
@@ -94,8 +87,6 @@ class Engine:
         self.slot_token = [0] * slots  # the token each slot feeds at its next step
         self.slot_pos = [0] * slots  # the position it feeds it at
         self.live: dict[int, _Live] = {}  # slot -> request decoding there
-        self.filling: dict[int, _Live] = {}  # slot -> request whose prompt is not all cached
-        self.admitted = 0
         self.batch_rows = 0
         self._proc = psutil.Process()
         self.t0, self.cpu0 = time.perf_counter(), time.process_time()
@@ -109,8 +100,8 @@ class Engine:
                     " raise serve.max_seq_len or shorten the request"
                 )
 
-    def run(self, requests: list[Request]) -> EngineRun:
-        """Serve the whole trace; returns per-request records and engine counters."""
+    def run(self, requests: list[Request]) -> PolicyRun:
+        """Serve the whole trace; returns per-request records and step counters."""
         self.begin(requests)
         while self.tick():
             pass
@@ -118,28 +109,24 @@ class Engine:
 
     def begin(self, requests: list[Request]) -> None:
         self.check(requests)
-        self.result = EngineRun(self.policy.name, kv_cache_bytes=self.cache.nbytes)
+        self.result = PolicyRun(self.policy.name, kv_cache_bytes=self.cache.nbytes)
         self.pending = deque(sorted(requests, key=lambda r: (r.arrival_s, r.rid)))
         self.t0, self.cpu0 = time.perf_counter(), time.process_time()
 
     def tick(self) -> bool:
         """Admit what may join now, then one decode step; False once everything is served."""
-        if not (self.pending or self.live or self.filling):
+        if not (self.pending or self.live):
             return False
         admit = self.control.bcast(self._decide(self.pending) if self.control.root else None)
         if admit:
-            reqs = [self.pending.popleft() for _ in range(admit)]
-            if self.prefill_chunk:
-                self._assign(reqs)
-            else:
-                self._admit(reqs, self.result)
-        if self.live or self.filling:
+            self._admit([self.pending.popleft() for _ in range(admit)], self.result)
+        if self.live:
             self._step(self.result)
         rss = self._proc.memory_info().rss
         self.result.peak_rss_bytes = max(self.result.peak_rss_bytes, rss)
         return True
 
-    def end(self) -> EngineRun:
+    def end(self) -> PolicyRun:
         result = self.result
         result.total_s = max((r["finish_s"] for r in result.records), default=0.0)
         result.cpu_s = time.process_time() - self.cpu0
@@ -152,7 +139,7 @@ class Engine:
     def _room(self) -> int:
         if self.policy.batch_mode and self.live:
             return 0
-        return min(self.policy.max_live - len(self.live) - len(self.filling), self.table.free())
+        return min(self.policy.max_live - len(self.live), self.table.free())
 
     def _decide(self, pending: deque[Request]) -> int:
         """How many of the pending requests to admit now; sleeps while there is nothing to do."""
@@ -170,11 +157,11 @@ class Engine:
                     continue
             if arrived and room:
                 return min(arrived, room)
-            if self.live or self.filling or not pending:
+            if self.live or not pending:
                 return 0
             time.sleep(max(0.0, pending[arrived].arrival_s - now))
 
-    def _admit(self, reqs: list[Request], result: EngineRun) -> None:
+    def _admit(self, reqs: list[Request], result: PolicyRun) -> None:
         """Prompt phase of the requests admitted together (one forward): fill their slots'
         caches and emit each one's first token."""
         admit_s = self.now()
@@ -197,27 +184,6 @@ class Engine:
         if done:
             self._finish(done, result)
 
-    def _assign(self, reqs: list[Request]) -> None:
-        """Chunked prefill: admitted requests get their slots; steps will feed their prompts."""
-        admit_s = self.now()
-        for req in reqs:
-            slot = self.table.assign(req.rid)
-            gen = request_generator(req.seed) if self.sampling.mode != "greedy" else None
-            self.filling[slot] = _Live(req, slot, [], gen, admit_s, 0.0, order=self.admitted)
-            self.admitted += 1
-            self.slot_pos[slot] = 0  # a decode row computed here writes where a piece will
-
-    def _pieces(self) -> list[tuple[_Live, PromptPiece]]:
-        """This step's prompt pieces: up to prefill_chunk tokens, oldest request first."""
-        budget, out = self.prefill_chunk, []
-        for state in sorted(self.filling.values(), key=lambda st: st.order):
-            if budget <= 0:
-                break
-            take = state.req.prompt[state.fed:state.fed + budget]
-            out.append((state, PromptPiece(state.slot, state.fed, take)))
-            budget -= len(take)
-        return out
-
     def _pick(self, logits: torch.Tensor, gen: torch.Generator | None) -> int:
         s = self.sampling
         return pick(logits, s.mode, gen, s.temperature, s.top_k)
@@ -230,23 +196,16 @@ class Engine:
     def _rows(self) -> tuple[int, int]:
         if self.policy.batch_mode:
             return 0, self.batch_rows
-        if self.filling:  # decode rows cover the decoding slots only
-            return (min(self.live), max(self.live) + 1) if self.live else (0, 0)
         return self.table.span()
 
-    def _step(self, result: EngineRun) -> None:
+    def _step(self, result: PolicyRun) -> None:
         """One fused decode step over the row range; finished requests are evicted after."""
         lo, hi = self._rows()
         tokens = torch.tensor(self.slot_token[lo:hi], dtype=torch.long, device=self.device)
         positions = torch.tensor(self.slot_pos[lo:hi], dtype=torch.long, device=self.device)
-        # rows beyond the longest live position are finished (or filling: position 0)
-        span = max((self.slot_pos[s] for s in self.live), default=0) + 1
-        pieces = self._pieces() if self.filling else []
-        if pieces:
-            logits = self.model.mixed_step(tokens, positions, lo, span,
-                                           [piece for _, piece in pieces], self.cache)
-        else:
-            logits = self.model.decode(tokens, positions, lo, self.cache, span)
+        # rows beyond the longest live position are finished
+        span = max(self.slot_pos[s] for s in self.live) + 1
+        logits = self.model.decode(tokens, positions, lo, self.cache, span)
         result.steps += 1
         result.rows += hi - lo
         result.wasted_rows += hi - lo - len(self.live)
@@ -261,34 +220,10 @@ class Engine:
                 finished.append(state)
             else:
                 self.slot_pos[slot] += 1
-        if pieces:
-            finished += self._fed(pieces, logits[hi - lo:],
-                                  None if greedy is None else greedy[hi - lo:])
         if finished:
             self._finish(finished, result)
 
-    def _fed(self, pieces: list[tuple[_Live, PromptPiece]], logits: torch.Tensor,
-             greedy: list[int] | None) -> list[_Live]:
-        """Account the pieces a step carried; a request whose prompt is now all cached emits
-        its first token (from its last piece's logits) and joins the decode rows. Returns
-        those already done."""
-        done, now = [], self.now()
-        for row, (state, piece) in enumerate(pieces):
-            state.fed += len(piece.tokens)
-            self.slot_pos[state.slot] = state.fed
-            if state.fed < len(state.req.prompt):
-                continue
-            token = greedy[row] if greedy is not None else self._pick(logits[row], state.gen)
-            state.out.append(token)
-            state.first_s = now
-            del self.filling[state.slot]
-            self.live[state.slot] = state
-            self.slot_token[state.slot] = token
-            if self._done(state):
-                done.append(state)
-        return done
-
-    def _finish(self, states: list[_Live], result: EngineRun) -> None:
+    def _finish(self, states: list[_Live], result: PolicyRun) -> None:
         finish_s = self.now()
         for state in states:
             del self.live[state.slot]
@@ -309,7 +244,6 @@ class Engine:
         self.cache.move(src, dst)
         self.slot_token[dst] = self.slot_token[src]
         self.slot_pos[dst] = self.slot_pos[src]
-        states = self.live if src in self.live else self.filling
-        state = states.pop(src)
+        state = self.live.pop(src)
         state.slot = dst
-        states[dst] = state
+        self.live[dst] = state

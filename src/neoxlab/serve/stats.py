@@ -1,16 +1,16 @@
-"""Per-engine serving metrics from per-request records (times in seconds from the run start).
+"""Per-policy serving metrics from per-request records (times in seconds from the run start).
 
 latency = finish - arrival; time to first token (TTFT) = first token - arrival; time per
 output token (TPOT) = (finish - first token) / (tokens - 1). The average-to-single ratio
 divides the mean latency by the mean latency the same requests would have alone, estimated
-from one request served alone on the same engine (its TTFT + (n - 1) x its TPOT).
+from one request served alone under the same policy (its TTFT + (n - 1) x its TPOT).
 """
 
 from __future__ import annotations
 
 import statistics
 
-from neoxlab.serve.scheduler import EngineRun
+from neoxlab.serve.scheduler import PolicyRun
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -34,21 +34,21 @@ def per_request(rec: dict) -> dict:
     }
 
 
-def solo_timing(run: EngineRun) -> tuple[float, float]:
+def solo_timing(run: PolicyRun) -> tuple[float, float]:
     """(TTFT, TPOT) of a one-request run, the baseline of the average-to-single ratio."""
     (rec,) = run.records
     m = per_request(rec)
     return m["ttft_s"], m["tpot_s"] or 0.0
 
 
-def summarize(run: EngineRun, solo: tuple[float, float] | None = None) -> dict:
+def summarize(run: PolicyRun, solo: tuple[float, float] | None = None) -> dict:
     reqs = [per_request(r) for r in run.records]
     lat = [r["latency_s"] for r in reqs]
     ttft = [r["ttft_s"] for r in reqs]
     tpot = [r["tpot_s"] for r in reqs if r["tpot_s"] is not None]
     tokens = sum(r["output_tokens"] for r in reqs)
     out = {
-        "engine": run.engine, "requests": len(reqs), "output_tokens": tokens,
+        "policy": run.policy, "requests": len(reqs), "output_tokens": tokens,
         "total_s": run.total_s, "cpu_s": run.cpu_s,
         "tokens_per_s": tokens / run.total_s if run.total_s else None,
         "latency_mean_s": statistics.fmean(lat), "latency_p50_s": percentile(lat, 50),
@@ -67,7 +67,7 @@ def summarize(run: EngineRun, solo: tuple[float, float] | None = None) -> dict:
 
 
 COLUMNS = (
-    ("engine", "engine", "{}"), ("gap_ms", "gap ms", "{:g}"), ("total_s", "total s", "{:.2f}"),
+    ("policy", "policy", "{}"), ("gap_ms", "gap ms", "{:g}"), ("total_s", "total s", "{:.2f}"),
     ("cpu_s", "cpu s", "{:.2f}"),
     ("tokens_per_s", "tok/s", "{:.0f}"), ("speedup", "x seq", "{:.2f}"),
     ("latency_mean_s", "lat mean", "{:.3f}"), ("latency_p50_s", "p50", "{:.3f}"),
@@ -81,7 +81,7 @@ COLUMNS = (
 
 
 def format_table(rows: list[dict]) -> str:
-    """A fixed-width table of engine summaries (missing values shown as '-')."""
+    """A fixed-width table of policy summaries (missing values shown as '-')."""
     def cell(row: dict, key: str, fmt: str) -> str:
         value = row.get(key)
         if value is None:
@@ -94,5 +94,5 @@ def format_table(rows: list[dict]) -> str:
     table += [[cell(r, key, fmt) for key, _, fmt in COLUMNS] for r in rows]
     widths = [max(len(line[i]) for line in table) for i in range(len(COLUMNS))]
     lines = ["  ".join(c.rjust(w) for c, w in zip(line, widths, strict=True)) for line in table]
-    notes = sorted({f"{r['engine']}: {r['model']}" for r in rows if r.get("model")})
+    notes = sorted({f"{r['policy']}: {r['model']}" for r in rows if r.get("model")})
     return "\n".join(lines + notes)

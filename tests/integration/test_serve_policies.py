@@ -1,4 +1,4 @@
-"""Every engine serves a Poisson trace with variable lengths token-for-token like sequential
+"""Every policy serves a Poisson trace with variable lengths token-for-token like sequential
 and like transformers' generate on the same GPT-NeoX weights (decode attention through SDPA
 and through the C++ kernel); reordering moves caches right; requests beyond the slots wait;
 transformers' continuous batching support is detected."""
@@ -15,7 +15,7 @@ from neoxlab.serve.distributed import init_single_process, shutdown
 from neoxlab.serve.hf_cb import hf_cb_model, llama_twin, neox_cb_supported
 from neoxlab.serve.hf_generate import neox_twin, run_hf_generate
 from neoxlab.serve.policies import OWN_POLICIES, policy_for
-from neoxlab.serve.scheduler import Engine, Sampling
+from neoxlab.serve.scheduler import Sampling, ServeLoop
 from neoxlab.serve.weights import build_serve_model
 from neoxlab.serve.workload import WorkloadSpec, make_workload
 
@@ -63,27 +63,22 @@ def trace():
     return make_workload(WorkloadSpec(10, "poisson", 0.003, (3, 9), (4, 24), TINY.vocab_size, 7))
 
 
-def _serve(model, name, requests, slots=6, max_concurrent=None, sampling=None, chunk=0):
+def _serve(model, name, requests, slots=6, max_concurrent=None, sampling=None):
     policy = policy_for(name, max_concurrent or slots, 0.005)
-    return Engine(model, policy, slots, MAX_SEQ, sampling or Sampling(),
-                  prefill_chunk=chunk).run(requests)
+    return ServeLoop(model, policy, slots, MAX_SEQ, sampling or Sampling()).run(requests)
 
 
-def test_every_engine_matches_sequential_and_transformers_generate(hf_dir, trace):
+def test_every_policy_matches_sequential_and_transformers_generate(hf_dir, trace):
     from transformers import GPTNeoXForCausalLM
 
     model = build_serve_model(TINY, f"hf:{hf_dir}", 1, 1, 0, MAX_SEQ)
     runs = {name: _serve(model, name, trace) for name in OWN_POLICIES}
-    # chunked prefill: prompts of 3-9 tokens in pieces of <= 4, mixed into decode steps
-    runs.update({f"{name} chunked": _serve(model, name, trace, chunk=4)
-                 for name in ("fused", "fused_noreorder", "sequential")})
     # 10 slots: decode steps of 8+ rows, which run on the prepacked weights (serve.packed_linear)
     runs["fused, 10 slots"] = _serve(model, "fused", trace, slots=10)
     assert model.packed.packs, "the prepacked products were not used"
     assert model.use_native_attention(True) == "native"  # the C++ decode attention
     runs.update({f"{name}, native attention": _serve(model, name, trace)
                  for name in ("fused", "fused_noreorder", "sequential")})
-    runs["fused chunked, native attention"] = _serve(model, "fused", trace, chunk=4)
     model.use_native_attention(False)
     expected = [r["tokens"] for r in runs["sequential"].records]
     assert [len(t) for t in expected] == [r.max_new_tokens for r in trace]
@@ -96,7 +91,7 @@ def test_every_engine_matches_sequential_and_transformers_generate(hf_dir, trace
         out = hf.generate(torch.tensor([req.prompt]), max_new_tokens=req.max_new_tokens,
                           min_new_tokens=req.max_new_tokens, do_sample=False)
         assert out[0, len(req.prompt):].tolist() == tokens, req.rid
-    # the hf_generate engine's twin, copied from our weights, is that same network
+    # the hf_generate policy's twin, copied from our weights, is that same network
     twin = neox_twin(model)
     baseline = run_hf_generate(twin, trace, Sampling())
     assert [r["tokens"] for r in baseline.records] == expected
@@ -124,29 +119,27 @@ def test_lean_path_and_batched_prompts_equal_megatron_layers_one_by_one(trace):
                         single.slot_content(row, len(prompts[row])), strict=True):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
     runs = {}
-    for lean in (True, False):  # and chunked prefill (split prompts) on either path
+    for lean in (True, False):
         model.lean = lean
-        for chunk in (0, 3):
-            runs[lean, chunk] = [r["tokens"] for r in _serve(model, "fused", trace,
-                                                             chunk=chunk).records]
-    assert len({str(tokens) for tokens in runs.values()}) == 1
+        runs[lean] = [r["tokens"] for r in _serve(model, "fused", trace).records]
+    assert runs[True] == runs[False]
 
 
 def test_reordering_moves_cache_content_correctly(trace):
-    """Step both fused engines together; each live request's cache must be identical."""
+    """Step both fused policies together; each live request's cache must be identical."""
     model = build_serve_model(TINY, "random", 3, 1, 0, MAX_SEQ)
-    burst = [replace(r, arrival_s=0.0) for r in trace]  # same admissions in both engines
-    engines = [Engine(model, policy_for(n, 4, 0.0), 6, MAX_SEQ)
-               for n in ("fused", "fused_noreorder")]
-    for e in engines:
-        e.begin(burst)
+    burst = [replace(r, arrival_s=0.0) for r in trace]  # same admissions under both policies
+    loops = [ServeLoop(model, policy_for(n, 4, 0.0), 6, MAX_SEQ)
+             for n in ("fused", "fused_noreorder")]
+    for loop in loops:
+        loop.begin(burst)
     moved, compared = 0, 0
     while True:
-        running = [e.tick() for e in engines]
+        running = [loop.tick() for loop in loops]
         assert running[0] == running[1]
         if not running[0]:
             break
-        reo, plain = engines
+        reo, plain = loops
         moved += sum(1 for s in reo.live.values() if s.slot != plain_slot(plain, s.req.rid))
         for slot, state in reo.live.items():
             other = plain_slot(plain, state.req.rid)
@@ -159,12 +152,12 @@ def test_reordering_moves_cache_content_correctly(trace):
         lo, hi = reo.table.span()
         assert hi - lo == len(reo.live)
     assert moved > 0 and compared > 0  # the trace did exercise reordering
-    assert [r["tokens"] for r in engines[0].end().records] == \
-        [r["tokens"] for r in engines[1].end().records]
+    assert [r["tokens"] for r in loops[0].end().records] == \
+        [r["tokens"] for r in loops[1].end().records]
 
 
-def plain_slot(engine: Engine, rid: int) -> int:
-    (slot,) = [s for s, st in engine.live.items() if st.req.rid == rid]
+def plain_slot(loop: ServeLoop, rid: int) -> int:
+    (slot,) = [s for s, st in loop.live.items() if st.req.rid == rid]
     return slot
 
 
