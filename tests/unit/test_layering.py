@@ -60,16 +60,27 @@ def modules(src: Path) -> dict[str, Path]:
     return {module_name(p, src): p for p in sorted((src / "neoxlab").rglob("*.py"))}
 
 
-def imports(path: Path, known: set[str]) -> set[str]:
-    """neoxlab modules `path` imports anywhere in it, with the packages that run on the way."""
+def absolute(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+    """The absolute name a (possibly relative) `from ... import` names."""
+    if node.level == 0:
+        return node.module or ""
+    parts = module.split(".") if is_package else module.split(".")[:-1]
+    base = parts[:len(parts) - (node.level - 1)]
+    return ".".join([*base, node.module] if node.module else base)
+
+
+def imports(path: Path, known: set[str], module: str = "") -> set[str]:
+    """neoxlab modules `path` imports anywhere in it (relative imports too), with the packages
+    that run on the way."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         targets: list[str] = []
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in known
-                       else node.module for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            source = absolute(node, module, path.name == "__init__.py")
+            targets = [f"{source}.{a.name}" if f"{source}.{a.name}" in known
+                       else source for a in node.names]
         for target in targets:
             parts = target.split(".")
             for n in range(2, len(parts) + 1):  # the module and the packages above it
@@ -82,7 +93,7 @@ def imports(path: Path, known: set[str]) -> set[str]:
 def graph(src: Path) -> dict[str, set[str]]:
     mods = modules(src)
     # a module's own parent packages are already running when it runs: not an edge
-    return {m: {t for t in imports(p, set(mods)) if not m.startswith(t + ".") and t != m}
+    return {m: {t for t in imports(p, set(mods), m) if not m.startswith(t + ".") and t != m}
             for m, p in mods.items()}
 
 
@@ -174,3 +185,32 @@ def test_the_fork_server_imports_the_standard_library_only():
                 top = name.split(".")[0]
                 assert (top in sys.stdlib_module_names or top == "__future__"
                         or name.startswith("neoxlab.forkserver")), f"{path.name} imports {name}"
+
+
+def test_relative_imports_are_followed(tmp_path):
+    """A relative import reaches the graph like an absolute one: `from ..launch import local`
+    in a library is an upward import too."""
+    import shutil
+
+    copy = tmp_path / "src"
+    shutil.copytree(SRC / "neoxlab", copy / "neoxlab")
+    target = copy / "neoxlab" / "compress" / "base.py"
+    target.write_text(target.read_text() + "\nfrom ..launch import local  # noqa\n")
+    assert "neoxlab.compress.base (layer 2) imports neoxlab.launch.local (layer 7)" in (
+        upward_imports(graph(copy)))
+
+
+def test_every_import_of_neoxlab_names_a_module_that_exists():
+    """A module moved without its importers updated shows here, before any test imports it."""
+    mods = modules(SRC)
+    missing = []
+    for m, path in mods.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                source = absolute(node, m, path.name == "__init__.py")
+                if source.startswith("neoxlab") and source not in mods:
+                    missing.append(f"{m} imports {source}")
+            elif isinstance(node, ast.Import):
+                missing += [f"{m} imports {a.name}" for a in node.names
+                            if a.name.startswith("neoxlab.") and a.name not in mods]
+    assert missing == []

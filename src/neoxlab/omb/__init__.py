@@ -7,7 +7,7 @@ Nothing here imports mpi4py or torch until a benchmark runs.
 
 from .buffers import BufferUnavailable
 from .options import BENCHMARKS, OmbOptions, OptionError, check_options, parse_args
-from .report import Row, busbw_factor, format_rows
+from .osu_format import Row, busbw_factor, format_rows
 from .runner import iter_rows, run_benchmark
 
 __all__ = [

@@ -15,7 +15,7 @@ import traceback
 from .buffers import BufferUnavailable
 from .mpistart import start_mpi
 from .options import OptionError, check_options, parse_args
-from .report import format_rows, table_header, table_row
+from .osu_format import format_rows, table_header, table_row
 from .runner import iter_rows
 
 

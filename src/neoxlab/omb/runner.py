@@ -24,7 +24,7 @@ from .options import (
     iterations_for,
     message_sizes,
 )
-from .report import Row, make_row
+from .osu_format import Row, make_row
 from .timing import Op, measure
 from .verify import Patterns
 

@@ -26,9 +26,9 @@ import torch.nn.functional as F
 from megatron.core import parallel_state
 
 from neoxlab.config import ModelConfig
-from neoxlab.model.layers import TransformerLayer, head_dim, rotary_dim
-from neoxlab.model.pipe import layer_specs
-from neoxlab.model.rotary import rotary_tables
+from neoxlab.engines.builtin.model.layers import TransformerLayer, head_dim, rotary_dim
+from neoxlab.engines.builtin.model.pipe import layer_specs
+from neoxlab.engines.builtin.model.rotary import rotary_tables
 from neoxlab.serve import native_attention, packed_linear
 from neoxlab.serve.cache import KVCache
 
