@@ -18,6 +18,7 @@ from neoxlab.serve.policies import OWN_POLICIES, policy_for
 from neoxlab.serve.scheduler import Engine, Sampling
 from neoxlab.serve.weights import build_serve_model
 from neoxlab.serve.workload import WorkloadSpec, make_workload
+from tests.serve_tiny import kernel_calls
 
 MAX_SEQ = 48
 TINY = ModelConfig(num_layers=2, hidden_size=64, num_attention_heads=4, seq_length=64,
@@ -69,10 +70,11 @@ def _serve(model, name, requests, slots=6, max_concurrent=None, sampling=None, c
                   prefill_chunk=chunk).run(requests)
 
 
-def test_every_engine_matches_sequential_and_transformers_generate(hf_dir, trace):
+def test_every_engine_matches_sequential_and_transformers_generate(hf_dir, trace, monkeypatch):
     from transformers import GPTNeoXForCausalLM
 
     model = build_serve_model(TINY, f"hf:{hf_dir}", 1, 1, 0, MAX_SEQ)
+    calls = kernel_calls(monkeypatch)
     runs = {name: _serve(model, name, trace) for name in OWN_POLICIES}
     # chunked prefill: prompts of 3-9 tokens in pieces of <= 4, mixed into decode steps
     runs.update({f"{name} chunked": _serve(model, name, trace, chunk=4)
@@ -80,10 +82,17 @@ def test_every_engine_matches_sequential_and_transformers_generate(hf_dir, trace
     # 10 slots: decode steps of 8+ rows, which run on the prepacked weights (serve.packed_linear)
     runs["fused, 10 slots"] = _serve(model, "fused", trace, slots=10)
     assert model.packed.packs, "the prepacked products were not used"
+    assert calls == []  # SDPA so far
     assert model.use_native_attention(True) == "native"  # the C++ decode attention
-    runs.update({f"{name}, native attention": _serve(model, name, trace)
-                 for name in ("fused", "fused_noreorder", "sequential")})
-    runs["fused chunked, native attention"] = _serve(model, "fused", trace, chunk=4)
+    # each request's tokens after its first are decode steps, one kernel call per layer each
+    decoded = sum(r.max_new_tokens - 1 for r in trace) * TINY.num_layers
+    for name, chunk in (("fused", 0), ("fused_noreorder", 0), ("sequential", 0), ("fused", 4)):
+        label = f"{name}{' chunked' if chunk else ''}, native attention"
+        before = len(calls)
+        runs[label] = _serve(model, name, trace, chunk=chunk)
+        rows = calls[before:]
+        assert sum(rows) == decoded, (label, rows)  # every decode row went through the kernel
+        assert (max(rows) > 1) == (name != "sequential"), (label, rows)  # rows shared steps
     model.use_native_attention(False)
     expected = [r["tokens"] for r in runs["sequential"].records]
     assert [len(t) for t in expected] == [r.max_new_tokens for r in trace]
