@@ -30,3 +30,19 @@ def greedy_tokens(model: ServeModel, policy: str, requests, slots: int) -> list[
     """Each request's greedy tokens under one policy with `slots` slots."""
     loop = ServeLoop(model, policy_for(policy, slots, 0.005), slots, MAX_SEQ, Sampling())
     return [r["tokens"] for r in loop.run(requests).records]
+
+
+def kernel_calls(monkeypatch) -> list[int]:
+    """Wraps the native decode-attention kernel's entry point for the rest of the test: each
+    call appends its row count, so a test can tell the kernel really ran, and on how many rows."""
+    from neoxlab.serve import native_attention
+
+    calls: list[int] = []
+    kernel = native_attention.decode_attention
+
+    def counted(q, k, v, positions):
+        calls.append(q.shape[0])
+        return kernel(q, k, v, positions)
+
+    monkeypatch.setattr(native_attention, "decode_attention", counted)
+    return calls

@@ -18,6 +18,7 @@ from neoxlab.serve.policies import OWN_POLICIES, policy_for
 from neoxlab.serve.scheduler import Sampling, ServeLoop
 from neoxlab.serve.weights import build_serve_model
 from neoxlab.serve.workload import WorkloadSpec, make_workload
+from tests.serve_tiny import kernel_calls
 
 MAX_SEQ = 48
 TINY = ModelConfig(num_layers=2, hidden_size=64, num_attention_heads=4, seq_length=64,
@@ -68,17 +69,28 @@ def _serve(model, name, requests, slots=6, max_concurrent=None, sampling=None):
     return ServeLoop(model, policy, slots, MAX_SEQ, sampling or Sampling()).run(requests)
 
 
-def test_every_policy_matches_sequential_and_transformers_generate(hf_dir, trace):
+def test_every_policy_matches_sequential_and_transformers_generate(hf_dir, trace, monkeypatch):
     from transformers import GPTNeoXForCausalLM
 
     model = build_serve_model(TINY, f"hf:{hf_dir}", 1, 1, 0, MAX_SEQ)
+    calls = kernel_calls(monkeypatch)
     runs = {name: _serve(model, name, trace) for name in OWN_POLICIES}
     # 10 slots: decode steps of 8+ rows, which run on the prepacked weights (serve.packed_linear)
     runs["fused, 10 slots"] = _serve(model, "fused", trace, slots=10)
     assert model.packed.packs, "the prepacked products were not used"
+    assert calls == []  # SDPA so far
     assert model.use_native_attention(True) == "native"  # the C++ decode attention
-    runs.update({f"{name}, native attention": _serve(model, name, trace)
-                 for name in ("fused", "fused_noreorder", "sequential")})
+    # each request's tokens after its first are decode rows, attended once per layer; rows of
+    # finished requests inside the span (no reordering) are computed too (wasted)
+    decoded = sum(r.max_new_tokens - 1 for r in trace)
+    for name in ("fused", "fused_noreorder", "sequential"):
+        label = f"{name}, native attention"
+        before = len(calls)
+        runs[label] = _serve(model, name, trace)
+        rows, wasted = calls[before:], runs[label].wasted_rows
+        # every decode row went through the kernel
+        assert sum(rows) == (decoded + wasted) * TINY.num_layers, (label, rows, wasted)
+        assert (max(rows) > 1) == (name != "sequential"), (label, rows)  # rows shared steps
     model.use_native_attention(False)
     expected = [r["tokens"] for r in runs["sequential"].records]
     assert [len(t) for t in expected] == [r.max_new_tokens for r in trace]

@@ -47,6 +47,12 @@ def test_tp2_run_completes_and_writes_its_results(tp2_run):
     assert policies["fused"]["fused_steps"] < policies["sequential"]["fused_steps"]
     lines = (run_dir / "serve_results.jsonl").read_text().splitlines()
     assert len(lines) == 3 * 6
+    # the kernel really ran: sequential alone decodes each token after a request's first in
+    # a step of its own, one kernel call per layer (fused and static add theirs)
+    records = [json.loads(line) for line in lines]
+    decoded = sum(len(r["tokens"]) - 1 for r in records if r["engine"] == "sequential")
+    assert decoded > 0
+    assert summary["decode_attention_calls"] >= decoded * summary["model"]["layers"]
     assert "x seq" in proc.stderr + proc.stdout  # the table reached the terminal
     assert (run_dir / "logs" / "rank1.done").exists()
     results = run_dir.parents[1]  # the run collected and drew itself

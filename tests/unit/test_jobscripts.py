@@ -1,5 +1,6 @@
-"""LSF and Slurm job scripts: golden files, shellcheck, values that must not execute, and
-bad cluster input refused before anything is planned or submitted."""
+"""LSF and Slurm job scripts: golden files, the lines of each that matter stated by hand,
+shellcheck, values that must not execute, and bad cluster input refused before anything is
+planned or submitted."""
 
 from __future__ import annotations
 
@@ -58,6 +59,72 @@ def test_lsf_scripts_of_the_192_gpu_runs_match_their_golden_files(tmp_path, expe
 def test_slurm_script_matches_its_golden_file(tmp_path):
     text, run_dir = rendered(tmp_path, "hybrid_192gpu", ["cluster=slurm", "cluster.account=proj1"])
     check_golden("slurm/hybrid_192gpu.sbatch", normalized(text, run_dir))
+
+
+# The lines of each golden script that say what the job asks for and does (resources,
+# logs, the time-limit warning and what it triggers, the rank launcher), written out here by
+# hand: a golden file rewritten by NEOXLAB_UPDATE_GOLDEN=1 cannot change them unnoticed.
+LSF_192_LINES = [
+    "#BSUB -nnodes 48", "#BSUB -W 12:00", "#BSUB -q pbatch",
+    "#BSUB -o <RUN_DIR>/logs/job.%J.out", "#BSUB -e <RUN_DIR>/logs/job.%J.err",
+    "#BSUB -wa URG", "#BSUB -wt 5",  # URG 5 minutes before the limit
+    "module load cuda/11.8.0", "module load gcc/8.3.1", "cd <REPO>",
+    "export PYTHONPATH=<REPO>/src",
+]
+SLURM_192_LINES = [
+    "#SBATCH --nodes=48", "#SBATCH --ntasks-per-node=4", "#SBATCH --gpus-per-node=4",
+    "#SBATCH --cpus-per-task=10", "#SBATCH --time=12:00:00", "#SBATCH --partition=gpu",
+    "#SBATCH --account=proj1",
+    "#SBATCH --output=<RUN_DIR>/logs/job.%j.out", "#SBATCH --error=<RUN_DIR>/logs/job.%j.err",
+    "#SBATCH --signal=B:USR1@300",  # USR1 to the batch shell only, 300 s before the limit
+    "cd <REPO>", "export PYTHONPATH=<REPO>/src",
+]
+# the job's steps, in this order
+LSF_192_STEPS = [
+    "<PYTHON> -m neoxlab.launch.jobstep begin <RUN_DIR>",
+    "source src/neoxlab/launch/templates/stop_on_signal.sh <RUN_DIR>/stop.request",
+    "run_ranks jsrun -n 192 -r 4 -a 1 -c 10 -g 1 -b packed:10 -d packed \\",
+    "  <PYTHON> -m neoxlab.engines.builtin <RUN_DIR> || code=$?",
+    '<PYTHON> -m neoxlab.launch.jobstep end <RUN_DIR> "$code"',
+    'exit "$code"',
+]
+SLURM_192_STEPS = [
+    "<PYTHON> -m neoxlab.launch.jobstep begin <RUN_DIR>",
+    "source src/neoxlab/launch/templates/stop_on_signal.sh <RUN_DIR>/stop.request",
+    "run_ranks srun --mpi=pmi2 --kill-on-bad-exit=1 \\",
+    "  <PYTHON> -m neoxlab.launch.pmi_relay <PYTHON> -m neoxlab.engines.builtin <RUN_DIR>"
+    " || code=$?",
+    '<PYTHON> -m neoxlab.launch.jobstep end <RUN_DIR> "$code"',
+    'exit "$code"',
+]
+
+
+def assert_essential_lines(text: str, lines: list[str], steps: list[str], signal: str) -> None:
+    """Every line present as a whole line, the steps in order, and the sourced handler
+    turning the warning signal into the stop request."""
+    have = text.splitlines()
+    for line in lines + steps:
+        assert line in have, f"missing line {line!r}"
+    at = [have.index(step) for step in steps]
+    assert at == sorted(at), f"steps out of order: {steps}"
+    handler = (REPO_ROOT / steps[1].split()[1]).read_text()
+    (trap,) = [line for line in handler.splitlines() if line.startswith("trap ")]
+    assert signal in trap.split("'")[-1].split() and 'touch "$neoxlab_stop_file"' in trap
+
+
+@pytest.mark.parametrize("experiment", PAPER_192)
+def test_lsf_scripts_of_the_192_gpu_runs_say_what_their_golden_files_say(tmp_path, experiment):
+    text, run_dir = rendered(tmp_path, experiment)
+    text = normalized(text, run_dir)
+    assert_essential_lines(text, [f"#BSUB -J {experiment}.<TIME>", *LSF_192_LINES],
+                           LSF_192_STEPS, "URG")
+
+
+def test_slurm_script_says_what_its_golden_file_says(tmp_path):
+    text, run_dir = rendered(tmp_path, "hybrid_192gpu", ["cluster=slurm", "cluster.account=proj1"])
+    text = normalized(text, run_dir)
+    assert_essential_lines(text, ["#SBATCH --job-name=hybrid_192gpu.<TIME>", *SLURM_192_LINES],
+                           SLURM_192_STEPS, "USR1")
 
 
 def test_lsf_resources_follow_the_cluster_config(tmp_path):

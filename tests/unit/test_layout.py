@@ -52,9 +52,23 @@ def test_unknown_key_is_refused_by_name():
 
 
 def test_all_violations_are_reported_together():
-    cfg = compose_experiment("local_3d", ["parallel.tp=3", "zero.stage=2", "model.num_layers=1"])
+    """One bad value per rule family (tensor parallel, pipeline, ZeRO, device, data): each
+    family's errors are in the one list, in the order of the rules."""
+    cfg = compose_experiment("local_3d", ["parallel.tp=3", "model.num_layers=1", "zero.stage=2",
+                                          "engine.backend=nccl", "data.source=file"])
     errors = validate(cfg)
-    assert len(errors) >= 3, errors
+    expected = [
+        "world size 8 (cluster.nodes=1 x ranks_per_node=8) is not divisible by tp*pp=3*2=6",
+        "model.num_attention_heads=4 is not divisible by parallel.tp=3",
+        "MLP width 256 is not divisible by tp=3",
+        "model.num_layers=1 < parallel.pp=2",
+        "zero.stage=2 with parallel.pp=2",
+        "engine.backend='nccl' needs GPUs but cluster.device='cpu'",
+        "data.source='file' needs data.path",
+    ]
+    assert len(errors) == len(expected), errors
+    for error, text in zip(errors, expected, strict=True):
+        assert text in error, (text, errors)
 
 
 def test_dp_is_inferred_and_batch_identity_holds():

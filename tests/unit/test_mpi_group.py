@@ -1,6 +1,7 @@
 """The MPI process group's plumbing on one rank (every torch entry point reaches it) and
-the per-dimension router's choice of groups. The multi-rank equality with gloo is
-tests/integration/test_mpi_group.py."""
+the per-dimension router's choice of groups. On one rank a reduction equals its input: the
+entry points' values on 2 ranks are tests/integration/test_mpi_group.py, the equality with
+gloo on 4 ranks tests/integration/test_mpi_backend.py."""
 
 from __future__ import annotations
 

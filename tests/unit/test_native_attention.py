@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from neoxlab.serve import native_attention
 from neoxlab.serve.distributed import init_single_process, shutdown
 from neoxlab.serve.workload import WorkloadSpec, make_workload
-from tests.serve_tiny import MAX_SEQ, greedy_tokens, tiny_model
+from tests.serve_tiny import MAX_SEQ, greedy_tokens, kernel_calls, tiny_model
 
 # the first build on a machine compiles the kernel (~30 s); later ones load the cached build
 pytestmark = pytest.mark.timeout(300)
@@ -74,17 +74,31 @@ def model():
     shutdown()
 
 
-def test_fused_serving_on_the_kernel_gives_sdpas_tokens(built, model):
+def test_fused_serving_on_the_kernel_gives_sdpas_tokens(built, model, monkeypatch):
+    """The tokens match SDPA's, and the kernel really ran: on every decode step's rows when
+    it is on (fused steps of several rows), never when it is off."""
     spec = WorkloadSpec(6, "poisson", 0.001, (3, 9), (4, 12), 200, 5)
-    tokens = {}
+    calls = kernel_calls(monkeypatch)
+    counted_before = native_attention.calls  # summary.json's decode_attention_calls
+    tokens, rows = {}, {}
     for on in (False, True):
         assert model.use_native_attention(on) == ("native" if on else "sdpa")
-        tokens[on] = {p: greedy_tokens(model, p, make_workload(spec), 3)
-                      for p in ("fused", "sequential")}
+        for p in ("fused", "sequential"):
+            before = len(calls)
+            tokens[on, p] = greedy_tokens(model, p, make_workload(spec), 3)
+            rows[on, p] = calls[before:]
     model.use_native_attention(False)
-    assert tokens[True]["fused"] == tokens[False]["fused"] == tokens[False]["sequential"]
-    assert tokens[True]["sequential"] == tokens[False]["sequential"]
-    assert all(len(t) >= 4 for t in tokens[True]["fused"])
+    assert tokens[True, "fused"] == tokens[False, "fused"] == tokens[False, "sequential"]
+    assert tokens[True, "sequential"] == tokens[False, "sequential"]
+    assert all(len(t) >= 4 for t in tokens[True, "fused"])
+    assert rows[False, "fused"] == rows[False, "sequential"] == []
+    layers = model.config.num_layers
+    # every decode step attends once per layer: sequential decodes 6 requests one at a time
+    generated = sum(len(t) - 1 for t in tokens[True, "sequential"])  # the first is prefill's
+    assert rows[True, "sequential"] == [1] * (generated * layers)
+    assert sum(rows[True, "fused"]) == generated * layers
+    assert max(rows[True, "fused"]) > 1  # fused steps of several rows went through it
+    assert native_attention.calls - counted_before == len(calls)
 
 
 def test_a_kernel_that_cannot_be_built_leaves_sdpa_and_says_why(model, monkeypatch):

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import fcntl
 import io
 import os
+import select
+import struct
+import termios
+import time
 
 import pytest
 
@@ -27,13 +32,32 @@ def no_forced_mode(monkeypatch):
 
 
 @pytest.fixture
-def terminal():
-    """A real pseudo-terminal: isatty() is true, as for a user's shell."""
+def pty():
+    """A real pseudo-terminal: the stream a program writes to (isatty() is true, as for a
+    user's shell, 24 x 100 characters) and the descriptor its screen reads from."""
     leader, follower = os.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
     stream = os.fdopen(follower, "w")
-    yield stream
+    yield stream, leader
     stream.close()
     os.close(leader)
+
+
+@pytest.fixture
+def terminal(pty):
+    return pty[0]
+
+
+def screen_text(stream, leader: int, until: str = "END-OF-TEST") -> str:
+    """What reached the terminal: `until` is written after it, and read up to it (10 s at
+    most), so every earlier byte has arrived."""
+    print(until, file=stream, flush=True)
+    text, deadline = "", time.monotonic() + 10
+    while until not in text and time.monotonic() < deadline:
+        if select.select([leader], [], [], 0.5)[0]:
+            text += os.read(leader, 65536).decode()
+    assert until in text, text
+    return text.split(until)[0]
 
 
 def test_a_file_gets_one_line_per_report_and_no_frames():
@@ -71,12 +95,23 @@ def test_a_line_every_n_reports_or_every_s_seconds_and_at_the_end():
         "5/20", "10/20", "15/20", "20/20"]
 
 
-def test_a_terminal_gets_a_live_bar(terminal):
+def test_a_terminal_gets_a_live_bar(pty):
+    """The bar starts at 0/3, advances with each report, and its last frame shows 3/3 with
+    the last report's fields."""
+    terminal, leader = pty
     assert mode(terminal) == "bar"
     assert mode(io.StringIO()) == "lines" and mode(None) == "lines"
     progress = Progress(3, "exp", terminal)
     assert progress.bar is not None
+    for step in range(1, 4):
+        progress.update(1, loss=f"{4 - step}.0")
+        assert progress.bar.n == step
     progress.close()
+    frames = [f for f in screen_text(terminal, leader).replace("\n", "\r").split("\r")
+              if f.strip()]
+    assert frames[0].startswith("exp:   0%") and "| 0/3 " in frames[0], frames
+    assert frames[-1].startswith("exp: 100%") and "| 3/3 " in frames[-1], frames
+    assert "loss=1.0" in frames[-1], frames
 
 
 def test_the_environment_forces_a_mode_and_a_wrong_value_is_refused(terminal, monkeypatch):

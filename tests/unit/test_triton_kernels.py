@@ -1,5 +1,7 @@
 """The fused Triton kernels against the torch reference codecs, bit for bit, on CPU tensors
 under Triton's interpreter (on a GPU, bench/device/device_check.sh runs the same checks on CUDA).
+The quantisation kernels also get data made of exact ties, where only rounding half to even
+gives torch's codes (random data hold almost none).
 
 NaN payloads are not compared bit for bit (CPUs and GPUs write different NaN bits, and
 so does torch on either); a NaN must meet a NaN.
@@ -68,3 +70,42 @@ def test_quant_kernels_match_torch(spec: str, dtype: torch.dtype, monkeypatch) -
                                              ("zfp:rate=13,impl=torch", torch.float16)])
 def test_zfp_kernels_match_torch(spec: str, dtype: torch.dtype, monkeypatch) -> None:
     both_ways(spec, data(211, dtype), monkeypatch)  # 13 blocks, the last padded; 3 left
+
+
+def ties(n: int, block: int, qmax: int, dtype: torch.dtype) -> torch.Tensor:
+    """Blocks whose values, once scaled by qmax / max|block|, lie exactly halfway between
+    two codes (+-0.5, +-1.5, ... up to qmax - 0.5), both signs and both parities: there
+    round-half-to-even and round-half-up give different codes. Each block opens with its
+    max, +-qmax (scale 1) or +-qmax / 2 (scale 1/2: the ties halved)."""
+    halves = torch.arange(qmax, dtype=torch.float64) + 0.5
+    cycle = torch.stack([halves, -halves], 1).flatten()  # 0.5, -0.5, 1.5, -1.5, ...
+    x = torch.empty(n, dtype=torch.float64)
+    for b, start in enumerate(range(0, n, block)):
+        size = min(block, n - start)
+        shrink = 1.0 if b % 2 == 0 else 0.5
+        x[start] = qmax * shrink * (1 if b % 4 < 2 else -1)
+        x[start + 1: start + size] = cycle.roll(-b)[torch.arange(size - 1) % len(cycle)] * shrink
+    return x.to(dtype)
+
+
+# int8 in blocks of 3 costs 7 bytes per 3 values: fp16/bf16 travel raw, with no rounding
+TIE_CASES = [(spec, dtype) for spec in ("int8", "int4", "int8:block=3", "int4:block=64")
+             for dtype in (torch.float32, torch.float16, torch.bfloat16)
+             if not (spec == "int8:block=3" and dtype != torch.float32)]
+
+
+@pytest.mark.parametrize(("spec", "dtype"), TIE_CASES,
+                         ids=[f"{spec}-{str(dtype)[6:]}" for spec, dtype in TIE_CASES])
+def test_quant_kernels_round_ties_to_even_as_torch(spec: str, dtype: torch.dtype,
+                                                   monkeypatch) -> None:
+    c = make_compressor(spec)
+    x = ties(4 * c.block + c.block // 2 + 1, c.block, c.qmax, dtype)
+    assert c.coded_nbytes(x.numel(), dtype) < x.numel() * dtype.itemsize  # coded, not raw
+    # every value but each block's max is an exact tie once scaled (the data are what they say)
+    blocks = x.float().split(c.block)
+    scaled = torch.cat([b * (c.qmax / b.abs().max()) for b in blocks])
+    firsts = torch.zeros_like(scaled, dtype=torch.bool)
+    firsts[::c.block] = True
+    assert torch.equal(scaled[~firsts].abs() % 1, torch.full_like(scaled[~firsts], 0.5))
+    assert torch.equal(scaled[firsts].abs(), torch.full_like(scaled[firsts], c.qmax))
+    both_ways(spec, x, monkeypatch)

@@ -28,6 +28,9 @@ SOURCE = Path(__file__).with_name("decode_attention.cpp")
 # without it the kernel would run on one thread
 CFLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp"]
 _failure: list[str] = []  # why the build failed, once it has
+# kernel calls in this process: summary.json's decode_attention_calls, so that a run labelled
+# "native" shows the kernel really served its decode steps
+calls = 0
 
 
 def _cpu_tag() -> str:
@@ -73,11 +76,13 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                      positions: torch.Tensor) -> torch.Tensor:
     """q [n, heads, 1, d]; k, v [n, heads, keys, d]: row r attends to keys 0..positions[r].
     Returns [n, heads, 1, d], SDPA's result to fp32 rounding."""
+    global calls
     module = _module()
     if module is None:
         raise RuntimeError(f"the native decode attention could not be built: {unavailable()}")
     if q.stride(-1) != 1:  # the kernel walks the head dimension contiguously
         q = q.contiguous()
+    calls += 1
     return module.decode_attention(q, k, v, positions)
 
 

@@ -53,6 +53,8 @@ def traces_of(cfg: Config, vocab_size: int):
 def serve(cfg: Config, run_dir: Path, rank: int, world: int, terminal: TextIO | None) -> None:
     import torch
 
+    from neoxlab.serve import native_attention
+
     check_serve(cfg)
     torch.set_num_threads(cfg.engine.torch_threads)
     init_model_parallel(cfg.parallel.tp)
@@ -92,6 +94,7 @@ def serve(cfg: Config, run_dir: Path, rank: int, world: int, terminal: TextIO | 
                       "weights": s.weights, "weights_source": model.source},
             "gap_scale": s.gap_scale,
             "decode_attention": attention,  # serve.native_attention: native, or sdpa and why
+            "decode_attention_calls": native_attention.calls,  # rank 0's kernel calls
             "hf_cb_sizing": asdict(runner.cb_sizing) if "hf_cb" in s.policies else None,
             "hf_cb_tuning": runner.cb_tuning,
         })
