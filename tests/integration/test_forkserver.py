@@ -185,7 +185,7 @@ def test_a_spare_imports_its_stack_first_then_takes_the_tasks_env_path_and_log(
 def test_an_unused_spare_is_stopped_when_its_process_exits(tmp_path):
     """A launcher that launches nothing (a submission, a refused config) leaves no server."""
     code = ("from neoxlab.forkserver import server; server.prestart(['json']); "
-            "print(forkserver._spare.proc.pid, forkserver._spare.address, flush=True)")
+            "print(server._spare.proc.pid, server._spare.address, flush=True)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, env=dict(os.environ, PYTHONPATH=str(REPO_ROOT / "src")))
     assert done.returncode == 0, done.stderr
