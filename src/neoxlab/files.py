@@ -52,6 +52,24 @@ def write_json(path: Path, data: Any) -> None:
     write_atomic(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
 
 
+def rewrite_in_place(path: Path, text: str) -> bool:
+    """Overwrite an existing file's own blocks with text: the fallback for a full disk, where
+    the atomic writer's temporary file gets no block. Not atomic (a reader may meet it half
+    written), so only for small files whose stale content is worse. False when the file is
+    missing, text needs more room than the blocks it already holds, or the write fails."""
+    data = text.encode()
+    try:
+        held = path.stat()
+        if len(data) > max(held.st_size, held.st_blocks * 512):
+            return False
+        with open(path, "r+b") as f:
+            f.write(data)
+            f.truncate(len(data))
+    except OSError:
+        return False
+    return True
+
+
 def read_json(path: Path) -> Any:
     return json.loads(path.read_text())
 
@@ -75,6 +93,9 @@ def disk_full(exc: BaseException) -> str | None:
     where = Path(exc.filename).parent if exc.filename else Path.cwd()
     line = f"no space left on device: {where} has {gib(free_bytes(where))} free"
     if exc.filename and "status.json" in str(exc.filename):
-        line += (" and its status.json could not be written (`make status` shows the run as "
-                 "unknown, not running)")
+        if getattr(exc, "status_in_place", None):
+            line += f" (its status.json was rewritten in place: {exc.status_in_place})"
+        else:
+            line += (" and its status.json could not be written (`make status` shows the run "
+                     "as unknown, not running)")
     return line + "; free space there or set launch.results_dir to a larger disk"

@@ -1,11 +1,11 @@
-"""Fixtures for integration tests: `requires_slurm` skips (or, in CI, fails) without Slurm,
+"""Fixtures for integration tests: `requires_slurm` and `requires_emulated_slurm` skip (or, in
+CI, fail) without the machine's Slurm or the emulated cluster's own,
 and the runs several test modules share. Each 8-rank launch costs most of its time in
 start-up on a small machine, so one run per distinct layout/scheme serves every module that
 asserts on it (session scope: made once, by the first test that needs it)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -27,22 +27,30 @@ from tests.integration.harness import (
     read_status,
     run_experiment,
 )
-from tests.integration.slurm import cancel, slurm_ready_cached
+from tests.integration.slurm import (
+    cancel,
+    emulated_slurm_problem,
+    skip_or_fail,
+    slurm_ready_cached,
+)
 
 
 def _slurm_or_skip() -> None:
     """Skip with the reason when no Slurm controller/node answers; fail when CI requires it."""
-    reason = slurm_ready_cached()
-    if reason is None:
-        return
-    if os.environ.get("NEOXLAB_REQUIRE_SLURM") == "1":
-        pytest.fail(f"NEOXLAB_REQUIRE_SLURM=1 but {reason}")
-    pytest.skip(reason)
+    skip_or_fail(slurm_ready_cached())
 
 
 @pytest.fixture
 def requires_slurm() -> None:
     _slurm_or_skip()
+
+
+@pytest.fixture(scope="session")
+def requires_emulated_slurm() -> None:
+    """For runs on the emulated cluster with cluster.launcher=srun (its own multi-node Slurm):
+    skip with the reason without slurm-wlm and munged; fail when CI requires it. Session
+    scope: set up before any module-scoped run that needs it."""
+    skip_or_fail(emulated_slurm_problem())
 
 
 @dataclass(frozen=True)

@@ -1,16 +1,23 @@
 """Helpers for tests that submit real jobs to the local Slurm that .ci/slurm-up starts.
 
-slurm_ready() says why Slurm cannot be used (so tests skip with that reason on a dev machine
-without Slurm); CI sets NEOXLAB_REQUIRE_SLURM=1 so a missing Slurm fails instead of skipping.
+slurm_ready() says why Slurm cannot be used, emulated_slurm_problem() why the emulated
+cluster's own Slurm (cluster.launcher=srun) cannot; skip_or_fail() skips with that reason on a
+dev machine without Slurm, and fails instead where CI sets NEOXLAB_REQUIRE_SLURM=1.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 import subprocess
 import time
 
+import pytest
+
+from neoxlab.emulated import slurm as emulated_slurm
+from neoxlab.emulated.config import EmulatedConfig
+from neoxlab.emulated.topology import Topology
 from neoxlab.launch.slurm import job_state
 
 # Job states after which a job never runs again (scontrol keeps them for MinJobAge seconds).
@@ -22,6 +29,7 @@ USABLE_NODE_STATES = frozenset({"idle", "mix", "alloc"})
 CLIENTS = ("sbatch", "srun", "scontrol", "sinfo", "scancel")
 QUERY_TIMEOUT_S = 10.0
 START_HINT = "start it with `bash .ci/slurm-up` (root)"
+REQUIRE_ENV = "NEOXLAB_REQUIRE_SLURM"
 
 
 def _query(*cmd: str) -> subprocess.CompletedProcess | None:
@@ -53,6 +61,24 @@ def slurm_ready() -> str | None:
 @functools.cache
 def slurm_ready_cached() -> str | None:
     return slurm_ready()
+
+
+@functools.cache
+def emulated_slurm_problem() -> str | None:
+    """None when the emulated cluster can start its own Slurm (slurm-wlm installed, munged
+    answering), else why not with the fix. Any small topology: what is missing is the
+    machine's, not the layout's."""
+    topo = Topology.from_config(EmulatedConfig(), 2, 1)
+    return "; ".join(emulated_slurm.problems(topo)) or None
+
+
+def skip_or_fail(reason: str | None) -> None:
+    """Nothing when reason is None; else skip with it, or fail where CI requires Slurm."""
+    if reason is None:
+        return
+    if os.environ.get(REQUIRE_ENV) == "1":
+        pytest.fail(f"{REQUIRE_ENV}=1 but {reason}")
+    pytest.skip(reason)
 
 
 def wait_for_job(job_id: str, timeout_s: float, poll_s: float = 0.5) -> str:

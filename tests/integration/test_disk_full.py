@@ -1,6 +1,6 @@
 """A full disk under launch.results_dir (a 3 MB tmpfs): a warning before launch, then one
 line naming the folder and its free space, a non-zero exit, no traceback, no rank left, and
-no run that still claims to be running."""
+status.json itself saying failed (written in place when no new block is left)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from tests.conftest import REPO_ROOT
-from tests.integration.harness import FOUR_RANKS, processes_of, run_experiment
+from tests.integration.harness import FOUR_RANKS, processes_of, read_status, run_experiment
 
 
 @pytest.fixture
@@ -41,6 +41,7 @@ def test_full_disk_ends_in_one_line_and_no_stale_running_state(tiny_disk):
                       if not line.startswith(("[rank", " "))]  # rank logs may hold their own
     assert not any(line.startswith("Traceback") for line in launcher_lines), proc.stderr[-3000:]
     assert not processes_of(run_dir)
+    assert read_status(run_dir)["state"] == "failed"  # what every reader sees, not only status
     status = subprocess.run([sys.executable, "-m", "neoxlab.commands.status", "local_3d",
                              "--results", str(tiny_disk)], cwd=REPO_ROOT, capture_output=True,
                             text=True, timeout=120)

@@ -2,7 +2,9 @@
 model's uplink fit uses) crosses the shaped uplink: the time of a large message is at least
 its wire time at the shaped rate, and the uplink counters carried its bytes.
 
-Needs root and iproute2 (CI has both); skips with the reason elsewhere. One short run.
+Needs root and iproute2 (CI has both); skips with the reason elsewhere. The first test starts
+its ranks through the cluster's own Slurm (the experiment's launcher, srun): without slurm-wlm
+and munged (`make slurm-up`) it skips with the reason, or fails where CI requires Slurm.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ RATE_MBIT = 40.0  # 5 MB/s per direction
 SIZE = 2 << 20  # the fit's sustained rate takes 2 sizes of 1 MiB and up
 
 
-def test_gloo_allreduce_between_emulated_nodes_runs_at_the_shaped_rate(tmp_path):
+def test_gloo_allreduce_between_emulated_nodes_runs_at_the_shaped_rate(tmp_path,
+                                                                        requires_emulated_slurm):
     proc, run_dir = run_experiment(
         "emulated_omb", tmp_path, "cluster.emulated.prefix=nxtomb", "launch.timeout_s=120",
         f"cluster.emulated.inter.rate_mbit={RATE_MBIT}", "omb.benchmarks=[allreduce]",

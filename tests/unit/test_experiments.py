@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -10,6 +12,7 @@ from neoxlab.commands import resume
 from neoxlab.commands.cli import main
 from neoxlab.config.compose import compose_experiment, list_experiments
 from neoxlab.run import rundir
+from tests.conftest import REPO_ROOT
 
 
 @pytest.mark.parametrize("name", list_experiments())
@@ -29,6 +32,20 @@ def test_experiment_plans_without_launching(name, results_dir):
         assert config["experiment"] == member
         assert (run_dir / "provenance.json").exists()
         assert (run_dir / "prediction.json").exists() == predicted
+
+
+@pytest.mark.parametrize("args", [["--help"], ["experiment=local_3d", "-h"]])
+def test_help_prints_usage_not_an_override_error(args, results_dir):
+    # as a user types it (through __main__)
+    proc = subprocess.run([sys.executable, "-m", "neoxlab", *args,
+                           f"launch.results_dir={results_dir}"], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("usage: python -m neoxlab"), proc.stdout
+    for shown in ("--list", "resume <run_dir>", "experiment=local_3d", "examples:"):
+        assert shown in proc.stdout, (shown, proc.stdout)
+    assert "error" not in proc.stdout + proc.stderr
+    assert not any(results_dir.rglob("*"))  # nothing planned
 
 
 def test_unknown_experiment_lists_the_known_ones(capsys):

@@ -20,10 +20,12 @@ from neoxlab.config import ConfigError
 from neoxlab.config.compose import compose_experiment
 from neoxlab.files import REPO_ROOT
 from neoxlab.launch import lsf, slurm
+from neoxlab.launch.cluster_rules import machine_size_errors
 from neoxlab.launch.jobscript import sanitize_job_name
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 PAPER_192 = ["baseline_192gpu", "naive_192gpu", "hybrid_192gpu", "mzhybrid_192gpu"]
+CLUSTER_CONFIGS = sorted(p.stem for p in (REPO_ROOT / "configs/cluster").glob("*.yaml"))
 CLUSTER_EXPERIMENTS = sorted(p.stem for p in (REPO_ROOT / "experiments").glob("*gpu.yaml"))
 
 
@@ -221,12 +223,34 @@ def test_job_names_are_sanitized():
     (["cluster.launcher=srun"], "cluster.launcher='srun' does not go with scheduler 'lsf'"),
     (["cluster=slurm", "cluster.mpi=openmpi"], "cluster.mpi='openmpi'"),
     (["launch.rank_start=spawn"], "launch.rank_start='spawn' is not one of"),
+    (["cluster.nodes=100000"], "cluster.nodes=100000 (400000 GPUs) is more than lassen has: "
+                               "cluster.max_nodes=795 (3180 GPUs); ask for at most 795 nodes"),
+    (["cluster.max_nodes=0"], "cluster.max_nodes=0 must be >= 1"),
 ])
 def test_bad_cluster_input_is_refused_before_planning(tmp_path, capsys, overrides, needle):
     code = main(["experiment=hybrid_192gpu", *overrides, f"launch.results_dir={tmp_path}"])
     assert code == 2
     assert needle in capsys.readouterr().err
     assert not any(tmp_path.rglob("*"))
+
+
+@pytest.mark.parametrize("name", CLUSTER_CONFIGS)
+def test_each_cluster_config_states_the_machine_size(name):
+    # an explicit key (a number, or null where the site decides), not the schema's default
+    text = (REPO_ROOT / "configs/cluster" / f"{name}.yaml").read_text()
+    assert re.search(r"^max_nodes: (\d+|null)  # ", text, re.M), name
+
+
+def test_machine_size_bounds_the_nodes_only_where_known():
+    lassen = compose_experiment("hybrid_192gpu", ["launch.submit=false"]).cluster
+    lassen.nodes = lassen.max_nodes
+    assert machine_size_errors(lassen) == []
+    lassen.nodes += 1
+    (error,) = machine_size_errors(lassen)
+    assert f"cluster.nodes={lassen.nodes}" in error
+    site = compose_experiment("hybrid_192gpu", ["cluster=slurm", "cluster.nodes=100000",
+                                                "launch.submit=false"]).cluster
+    assert site.max_nodes is None and machine_size_errors(site) == []
 
 
 def test_unknown_cluster_names_the_known_ones(tmp_path, capsys):

@@ -1,5 +1,6 @@
 """neoxlab.omb times as OSU 7.4 by default: a clock around each call, a barrier after each
-collective call; MPI starts at thread level single; -m below one element starts at it.
+collective call; MPI starts at thread level single (with more ranks than cores: multiple and
+MPICH's yielding wait, said in the header); -m below one element starts at it.
 
 The timed loop runs against a stand-in communicator and clock that log every call, so the
 tests see exactly what sits inside the clock and where the barriers go.
@@ -7,16 +8,17 @@ tests see exactly what sits inside the clock and where the barriers go.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 
 import pytest
 
-from neoxlab.omb import runner
-from neoxlab.omb.mpistart import ENV, chosen_level
+from neoxlab.omb import mpistart, runner
+from neoxlab.omb.mpistart import ENV, LOCAL_RANKS_ENV, YIELD_ENV, chosen_level, start_mode
 from neoxlab.omb.options import OmbOptions, check_options, message_sizes, parse_args
-from neoxlab.omb.osu_format import table_header
+from neoxlab.omb.osu_format import format_rows, make_row, table_header
 from neoxlab.omb.timing import Op, measure
 from tests.conftest import REPO_ROOT
 
@@ -139,18 +141,67 @@ def test_thread_level_is_single_unless_asked():
     assert parse_args(["allreduce"]).thread_level is None
 
 
-def test_mpi_starts_at_single_by_default_and_multiple_when_asked():
-    code = ("import sys; from neoxlab.omb.mpistart import start_mpi; "
+def started(argv: list[str], **environ: str) -> str:
+    """What MPI gave a process started by start_mpi(*argv): 'single' and 'multiple' flags,
+    and the yield setting it exported."""
+    code = ("import os, sys; from neoxlab.omb.mpistart import start_mpi; "
             "MPI = start_mpi(sys.argv[1] if len(sys.argv) > 1 else None); "
             "print(MPI.Query_thread() == MPI.THREAD_SINGLE, "
-            "MPI.Query_thread() == MPI.THREAD_MULTIPLE)")
-    env = {k: v for k, v in os.environ.items() if k != ENV}
+            "MPI.Query_thread() == MPI.THREAD_MULTIPLE, "
+            "os.environ.get('MPIR_CVAR_ENABLE_HEAVY_YIELD'))")
+    skip = (ENV, *LOCAL_RANKS_ENV, *YIELD_ENV)
+    env = {k: v for k, v in os.environ.items() if k not in skip} | environ
     env["PYTHONPATH"] = str(REPO_ROOT / "src")
-    for argv, expected in (([], "True False"), (["multiple"], "False True")):
-        out = subprocess.run([sys.executable, "-c", code, *argv], env=env, cwd=REPO_ROOT,
-                             capture_output=True, text=True, timeout=60)
-        assert out.returncode == 0, out.stderr
-        assert out.stdout.strip() == expected
+    out = subprocess.run([sys.executable, "-c", code, *argv], env=env, cwd=REPO_ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_mpi_starts_at_single_by_default_and_multiple_when_asked():
+    assert started([]) == "True False None"
+    assert started(["multiple"]) == "False True None"
+
+
+def test_more_ranks_than_cores_start_at_multiple_with_a_yielding_wait():
+    # more ranks on this machine (as hydra tells each rank) than any machine has cores
+    assert started([], MPI_LOCALNRANKS="100000") == "False True 1"
+    assert started(["single"], MPI_LOCALNRANKS="100000") == "True False None"  # as asked
+    assert started([], MPI_LOCALNRANKS="1") == "True False None"
+
+
+def test_the_mode_follows_ranks_against_cores():
+    osu = start_mode(None, {"MPI_LOCALNRANKS": "2"}, cores=2)
+    assert (osu.level, osu.env, osu.oversubscribed, osu.note()) == ("single", {}, False, None)
+    assert start_mode(None, {}, cores=1).level == "single"  # no launcher count: OSU's
+    over = start_mode(None, {"OMPI_COMM_WORLD_LOCAL_SIZE": "4"}, cores=2)
+    assert (over.level, over.env, over.oversubscribed) == ("multiple", YIELD_ENV, True)
+    # a level asked for (option or mpi4py's variable) and the user's own MPICH setting win
+    asked = start_mode("single", {"MPI_LOCALNRANKS": "4"}, cores=2)
+    assert (asked.level, asked.env, asked.oversubscribed) == ("single", {}, True)
+    assert "single as asked" in asked.note()
+    assert start_mode(None, {"MPI_LOCALNRANKS": "4", ENV: "funneled"}, cores=2).level == \
+        "funneled"
+    mine = start_mode(None, {"MPI_LOCALNRANKS": "4", "MPIR_CVAR_ENABLE_HEAVY_YIELD": "0"}, 2)
+    assert mine.env == {"MPIR_CVAR_ENABLE_HEAVY_YIELD": "0"}
+
+
+def test_the_header_and_json_record_an_oversubscribed_run(monkeypatch):
+    opts = OmbOptions(benchmark="allreduce")
+    over = start_mode(None, {"MPI_LOCALNRANKS": "4"}, cores=2)
+    head = table_header(opts, 4, "multiple", over).splitlines()
+    (line,) = [ln for ln in head if ln.startswith("# Oversubscribed")]
+    assert "4 ranks on 2 cores" in line and "MPIR_CVAR_ENABLE_HEAVY_YIELD=1" in line
+    fits = start_mode(None, {"MPI_LOCALNRANKS": "2"}, cores=2)
+    assert not any("Oversubscribed" in ln for ln in table_header(opts, 2, "single", fits)
+                   .splitlines())
+    monkeypatch.setattr(mpistart, "_started", over)  # as start_mpi leaves it on a rank
+    rows = [make_row(opts, 4, 4, 10.0, 9.0, 11.0, 100)]
+    record = json.loads(format_rows(rows, "json", opts))["start_mode"]
+    assert record == {"oversubscribed": True, "local_ranks": 4, "cores": 2,
+                      "thread_level": "multiple", "env": YIELD_ENV}
+    assert any(ln.startswith("# Oversubscribed") for ln in
+               format_rows(rows, "table", opts).splitlines())
 
 
 def test_sizes_below_one_element_start_at_it_and_the_header_says_so():

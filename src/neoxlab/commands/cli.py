@@ -25,6 +25,24 @@ from neoxlab.results.compare import format_table, member_row
 from neoxlab.tasks import TASKS
 
 DEFAULT_EXPERIMENT = "local_compare"
+HELP_FLAGS = frozenset({"-h", "--help"})
+USAGE = f"""\
+usage: python -m neoxlab [experiment=<name>] [key=value ...]
+       python -m neoxlab --list
+       python -m neoxlab resume <run_dir>
+
+Runs an experiment (experiments/<name>.yaml; default {DEFAULT_EXPERIMENT}): compose its config
+with the Hydra overrides given (key=value; +key=value adds a key), check it, plan a run dir
+under results/<experiment>/ and launch it here or submit it to the cluster's scheduler.
+  --list             the experiments' names
+  resume <run_dir>   continue a stopped local training run from its last checkpoint
+
+examples:
+  python -m neoxlab                                  (the default experiment)
+  python -m neoxlab experiment=local_3d train.steps=20
+  python -m neoxlab experiment=baseline_192gpu launch.submit=false   (render the job only)
+  python -m neoxlab resume results/local_3d/<run_id>
+make run EXP=<name> [key=value ...] runs the same; `make help` lists experiments and targets."""
 
 
 def split_args(args: list[str]) -> tuple[str, list[str]]:
@@ -147,8 +165,16 @@ def run(args: list[str]) -> int:
     return code
 
 
+def wants_help(args: list[str]) -> bool:
+    """-h/--help anywhere: Hydra's override parser would otherwise reject it as a bad key."""
+    return any(arg in HELP_FLAGS for arg in args)
+
+
 def main(args: list[str] | None = None) -> int:
     args = sys.argv[1:] if args is None else args
+    if wants_help(args):
+        print(USAGE)
+        return 0
     if args in (["--list"], ["list"]):
         print("\n".join(list_experiments()))
         return 0

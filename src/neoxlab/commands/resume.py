@@ -106,6 +106,9 @@ def plan_line(run_dir: Path, cfg: Config) -> str:
 
 def main(args: list[str] | None = None) -> int:
     args = sys.argv[1:] if args is None else args
+    if args in (["-h"], ["--help"]):
+        print(USAGE)
+        return 0
     if len(args) != 1 or args[0].startswith("-"):
         print(USAGE, file=sys.stderr)
         return 2

@@ -110,6 +110,8 @@ class ClusterConfig:
     name: str = "local"
     scheduler: str = "local"  # local | lsf | slurm
     nodes: int = 1
+    # the machine's size: more cluster.nodes are refused (launch.rules); null: not known
+    max_nodes: int | None = None
     ranks_per_node: int = 8  # one rank per GPU on GPU clusters
     gpus_per_node: int = 0  # devices a node has (0 on CPU-only machines)
     device: str = "cpu"

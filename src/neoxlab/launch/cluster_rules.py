@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from neoxlab.config import Config, ConfigError
+from neoxlab.config import ClusterConfig, Config, ConfigError
 from neoxlab.launch.jobscript import directive_value
 
 LAUNCHERS = {"local": "mpiexec", "lsf": "jsrun", "slurm": "srun"}
@@ -21,6 +21,25 @@ def walltime_ok(scheduler: str, walltime: str) -> bool:
         ok = bool(LSF_WALLTIME.match(walltime))
         return ok and (":" not in walltime or int(walltime.split(":")[1]) < 60)
     return bool(SLURM_WALLTIME.match(walltime))
+
+
+def machine_size_errors(c: ClusterConfig) -> list[str]:
+    """A job larger than the machine would render and only fail in the scheduler's queue (or
+    never start): refuse cluster.nodes beyond the size its cluster config records."""
+    if c.max_nodes is None:
+        return []
+    if c.max_nodes < 1:
+        return [f"cluster.max_nodes={c.max_nodes} must be >= 1 (the machine's node count) or "
+                "null (not known, not checked)"]
+    if c.nodes <= c.max_nodes:
+        return []
+    asked, has = "", ""
+    if c.gpus_per_node:
+        asked = f" ({c.nodes * c.gpus_per_node} GPUs)"
+        has = f" ({c.max_nodes * c.gpus_per_node} GPUs)"
+    return [f"cluster.nodes={c.nodes}{asked} is more than {c.name} has: cluster.max_nodes="
+            f"{c.max_nodes}{has}; ask for at most {c.max_nodes} nodes (lower cluster.nodes, "
+            "and parallel.dp with it), or raise cluster.max_nodes if the machine grew"]
 
 
 def validate_cluster(cfg: Config) -> list[str]:
@@ -51,6 +70,7 @@ def validate_cluster(cfg: Config) -> list[str]:
                 f"{c.nodes} nodes x {c.gpus_per_node} GPUs = {c.nodes * c.gpus_per_node} GPUs; "
                 "one rank per GPU: lower ranks_per_node or raise cluster.nodes"
             )
+    errors += machine_size_errors(c)
     if cfg.launch.rank_start not in RANK_STARTS:
         errors.append(f"launch.rank_start='{cfg.launch.rank_start}' is not one of "
                       f"{list(RANK_STARTS)} (forkserver: ranks forked from one pre-imported "

@@ -210,8 +210,10 @@ def _launch(cfg: Config, run_dir: Path, cmd: list[str], env: dict[str, str]) -> 
     fields = diagnose(run_dir, "".join(captured), code, watch.first_dead)
     if reason is not None:
         fields["error"] = f"{reason}; {fields['error']}"
-    rundir.set_status(run_dir, rundir.State.FAILED, exit_code=code or 1, elapsed_s=elapsed,
-                      **fields)
     failed = f"rank {fields['failed_rank']}: {fields['error']}"
-    rundir.end_attempt(run_dir, code or 1, failed, overwrite=True)  # the launcher knows best
+    try:
+        rundir.set_status(run_dir, rundir.State.FAILED, exit_code=code or 1,
+                          elapsed_s=elapsed, **fields)
+    finally:  # a full disk raises after writing status.json in place: close the attempt too
+        rundir.end_attempt(run_dir, code or 1, failed, overwrite=True)  # the launcher knows best
     return code or 1

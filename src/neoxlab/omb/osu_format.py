@@ -14,6 +14,7 @@ import json
 import re
 from dataclasses import asdict, dataclass
 
+from .mpistart import StartMode, started_mode
 from .options import DTYPES, OSU_VERSION, PT2PT, REDUCTIONS, OmbOptions, skipped_below
 
 SIZE_WIDTH, FIELD_WIDTH = 10, 20
@@ -157,14 +158,19 @@ def timing_note(opts: OmbOptions) -> str:
             "outside the clock.")
 
 
-def notes(opts: OmbOptions, thread_level: str | None = None) -> list[str]:
+def notes(opts: OmbOptions, thread_level: str | None = None,
+          mode: StartMode | None = None) -> list[str]:
     """Header lines that say where this run differs from, or follows, OSU's defaults."""
     level = thread_level or mpi_thread_level()
+    mode = mode or started_mode()
     out = [timing_note(opts)]
     if level is not None:
         out.append(f"# MPI thread level: {level}"
                    + (" (as OSU's MPI_Init)." if level == "single" else
                       " (OSU runs at single; --thread-level single for its numbers)."))
+    oversubscribed = mode.note() if mode else None
+    if oversubscribed:
+        out.append(oversubscribed)
     if opts.dtype is None and opts.dtype_name != "char" and opts.benchmark != "barrier":
         out.append(f"# Datatype differs from OSU {OSU_VERSION} (MPI_CHAR): "
                    "pass -T char for OSU's default.")
@@ -175,7 +181,8 @@ def notes(opts: OmbOptions, thread_level: str | None = None) -> list[str]:
     return out
 
 
-def table_header(opts: OmbOptions, ranks: int, thread_level: str | None = None) -> str:
+def table_header(opts: OmbOptions, ranks: int, thread_level: str | None = None,
+                 mode: StartMode | None = None) -> str:
     title = f"# OSU MPI {TITLES.get(opts.benchmark, opts.benchmark)} Test v{OSU_VERSION}"
     about = (f"# neoxlab {_version()} omb: backend {opts.backend}, buffer {opts.buffer}, "
              f"{ranks} ranks" + (f", compress {opts.compress}" if opts.compress else ""))
@@ -184,7 +191,7 @@ def table_header(opts: OmbOptions, ranks: int, thread_level: str | None = None) 
         head = "# " + cols[0] + "".join(f"{c:>{FIELD_WIDTH}}" for c in cols[1:])
     else:
         head = f"{'# Size':<{SIZE_WIDTH}}" + "".join(f"{c:>{FIELD_WIDTH}}" for c in cols)
-    return "\n".join([title, about, *notes(opts, thread_level),
+    return "\n".join([title, about, *notes(opts, thread_level, mode),
                       f"# Datatype: {datatype_name(opts)}.", head])
 
 
@@ -225,6 +232,7 @@ def format_rows(rows: list[Row], fmt: str, options: OmbOptions) -> str:
             "datatype": datatype_name(options), "world_size": ranks,
             "compress": options.compress, "validate": options.validate,
             "timing": options.timing, "thread_level": mpi_thread_level(),
+            "start_mode": mode.record() if (mode := started_mode()) else None,
             "rows": [_record(r, options) for r in rows],
         }, indent=2)
     raise ValueError(f"format {fmt!r}: unknown output format; use table, csv or json")

@@ -1,7 +1,8 @@
 """Run directories: readable unique ids, frozen inputs, provenance and status.
 
 A run dir is never overwritten, and every file is written atomically (temp + rename), so a
-crash leaves either the old file or the new one, never half of one.
+crash leaves either the old file or the new one, never half of one. The one exception is
+status.json on a full disk: its new state is written over its old blocks (write_status).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from neoxlab.config import Config, from_dict, to_dict
-from neoxlab.files import REPO_ROOT, now
+from neoxlab.files import REPO_ROOT, disk_full, now, rewrite_in_place
 from neoxlab.files import read_json as read_json  # re-exported: rundir.read_json etc. are
 from neoxlab.files import write_atomic as write_atomic  # neoxlab.files' one writer
 from neoxlab.files import write_json as write_json
@@ -144,6 +145,31 @@ def provenance(world_size: int, argv: list[str] | None = None) -> dict[str, Any]
     }
 
 
+STATUS_TEXT_IN_PLACE = 200  # characters kept of each text field when the full record won't fit
+
+
+def write_status(path: Path, status: dict[str, Any]) -> None:
+    """Write status.json atomically; on a full disk, over its own blocks instead, so that
+    every reader sees the new state (a failed run not left `running`), then raise the
+    disk-full error all the same (the caller reports it; status_in_place says what was kept).
+    Compact JSON first; if that needs more room than the file holds, without the attempt
+    history and with text fields cut."""
+    try:
+        write_json(path, status)
+    except OSError as exc:
+        if disk_full(exc) is None:
+            raise
+        text = json.dumps(status, sort_keys=True, default=str)
+        if rewrite_in_place(path, text):
+            exc.status_in_place = f"state {status.get('state')}"
+        else:
+            kept = {k: (v[:STATUS_TEXT_IN_PLACE] if isinstance(v, str) else v)
+                    for k, v in status.items() if k != "attempts"}
+            if rewrite_in_place(path, json.dumps(kept, sort_keys=True, default=str)):
+                exc.status_in_place = f"state {status.get('state')}, attempts left out"
+        raise
+
+
 def set_status(run_dir: Path, state: State, **fields: Any) -> dict[str, Any]:
     """Update status.json; keeps earlier fields (e.g. started_at) and stamps this state."""
     path = run_dir / "status.json"
@@ -151,7 +177,7 @@ def set_status(run_dir: Path, state: State, **fields: Any) -> dict[str, Any]:
     status.update(fields)
     status["state"] = state
     status[f"{state}_at"] = now()
-    write_json(path, status)
+    write_status(path, status)
     return status
 
 
@@ -176,7 +202,7 @@ def begin_attempt(run_dir: Path, **fields: Any) -> dict[str, Any]:
         status.pop(key, None)
     status["state"] = State.RUNNING
     status["running_at"] = attempts[-1]["start"]
-    write_json(path, status)
+    write_status(path, status)
     return status
 
 
@@ -186,7 +212,7 @@ def update_attempt(run_dir: Path, **fields: Any) -> None:
     status = read_json(path)
     if status.get("attempts"):
         status["attempts"][-1].update(fields)
-        write_json(path, status)
+        write_status(path, status)
 
 
 def end_attempt(run_dir: Path, exit_code: int | None, reason: str, overwrite: bool = False
@@ -198,7 +224,7 @@ def end_attempt(run_dir: Path, exit_code: int | None, reason: str, overwrite: bo
     if not attempts or (attempts[-1].get("end") is not None and not overwrite):
         return
     attempts[-1].update(end=attempts[-1].get("end") or now(), exit=exit_code, reason=reason)
-    write_json(path, status)
+    write_status(path, status)
 
 
 def load_config(run_dir: Path) -> Config:
