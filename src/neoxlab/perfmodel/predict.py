@@ -26,6 +26,7 @@ collectives keeps them on the cores (codec_on_path()); the ranks of emulated nod
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 from neoxlab import metrics
@@ -60,6 +61,7 @@ class Prediction:
     breakdown: dict[str, float]
     links: dict[str, str]  # dimension -> intra | inter
     profile: str
+    wire: dict[str, str] = field(default_factory=dict)  # dimension -> dtype its payloads travel in
     notes: list[str] = field(default_factory=list)
     slowdown: float = 1.0  # step / critical path at full speed (ranks sharing cores: > 1)
     bound: str = "critical path"  # or "cores": ranks sharing cores, their CPU work bounds it
@@ -73,22 +75,26 @@ class Prediction:
         data.pop("breakdown")
         data.pop("notes")
         links = data.pop("links")
+        wire = data.pop("wire")
         data.update({f"{k}_s": v for k, v in self.breakdown.items()})
         data.update({f"{k}_link": v for k, v in links.items()})
+        data.update({f"{k}_wire": v for k, v in wire.items()})
         return data
 
 
 def predict(cfg: Config, profile: PerfProfile | None = None, origin: str = "",
-            external: float | None = None) -> Prediction:
+            external: float | None = None, dtypes: Mapping[str, str] | None = None
+            ) -> Prediction:
     """Validate (ConfigError on a bad layout or profile), then predict one step.
 
     external: threads of other jobs competing for the cores, measured during a run
-    (perfmodel.stretch) on CPU machines shared with other jobs; None: an idle machine."""
+    (perfmodel.stretch) on CPU machines shared with other jobs; None: an idle machine.
+    dtypes: wire dtypes replacing the engine's for some dimensions (traffic.wire_dtypes)."""
     layout = resolve_layout(cfg)
     if profile is None:
         resolved = resolve_profile(cfg)
         profile, origin = resolved.profile, resolved.origin
-    return _predict(cfg, layout, profile, origin, external)
+    return _predict(cfg, layout, profile, origin, external, dtypes)
 
 
 def slowdowns(cfg: Config, layout: Layout, profile: PerfProfile, external: float | None
@@ -116,7 +122,8 @@ def sharing_ranks(cfg: Config, layout: Layout) -> int:
 
 
 def _predict(cfg: Config, layout: Layout, p: PerfProfile, origin: str,
-             external: float | None = None) -> Prediction:
+             external: float | None = None, dtypes: Mapping[str, str] | None = None
+             ) -> Prediction:
     m, pp = layout.grad_accum, layout.pp
     shape = traffic.stage_shape(cfg, layout)
     vocab = padded_vocab_size(cfg.model, layout.tp)
@@ -133,7 +140,7 @@ def _predict(cfg: Config, layout: Layout, p: PerfProfile, origin: str,
     per_dim = {dim: costs.ZERO for dim in links}
     per_mb = {dim: costs.ZERO for dim in links}
     notes: list[str] = []
-    messages = traffic.messages(cfg, layout)
+    messages = traffic.messages(cfg, layout, dtypes)
     # a reduce to owners' payloads cross one at a time (costs.compressed), so its ranks leave
     # it one after another and reach their codecs apart, not together
     staggered = {msg.dim for msg in messages if msg.op == "reduce_to_owners"}
@@ -190,7 +197,8 @@ def _predict(cfg: Config, layout: Layout, p: PerfProfile, origin: str,
         micro_batch=layout.micro_batch, grad_accum=m, global_batch=layout.global_batch,
         step_s=step, tflops_per_gpu=metrics.tflops_per_gpu(flops, step, layout.world_size),
         samples_per_s=layout.global_batch / step, breakdown=breakdown, links=links,
-        profile=origin, notes=sorted(set(notes)), slowdown=scale,
+        profile=origin, wire=traffic.wire_dtypes(cfg, dtypes), notes=sorted(set(notes)),
+        slowdown=scale,
         bound="cores" if throughput > critical else "critical path",
         critical_s=critical, throughput_s=throughput, codec_path_s=codec,
     )
