@@ -4,6 +4,8 @@ computation)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from neoxlab.config import ConfigError
@@ -12,6 +14,7 @@ from neoxlab.config.profile import CodecProfile, LinkProfile, PerfProfile
 from neoxlab.layout import resolve_layout
 from neoxlab.perfmodel import costs, traffic
 from neoxlab.perfmodel.predict import codec_for
+from neoxlab.perfmodel.resolve import resolve_profile
 
 # no latency, 1 GB/s: a message's wire time in ns is the bytes it puts through the link
 BYTES_LINK = LinkProfile(latency_us=0.0, bandwidth_gbs=1.0)
@@ -83,3 +86,57 @@ def test_wire_dtypes_come_from_precision_communication_dtype_and_the_engine(naiv
 def test_an_unknown_wire_dtype_is_a_clear_error(naive):
     with pytest.raises(ConfigError, match=r"wire dtype dp='fp8'.*dtypes"):
         traffic.wire_dtypes(naive, {"dp": "fp8"})
+
+
+# ---- the MPI library's compression rules (profile data) ------------------------------------
+MVAPICH = ["task=predict", "compression.backend=mpi", "cluster.mpi_library=mvapich-plus"]
+
+
+@pytest.fixture(scope="module")
+def lassen_profile(naive):
+    return resolve_profile(naive).profile
+
+
+def test_an_fp16_message_under_the_mvapich_rules_is_priced_uncompressed(naive, lassen_profile):
+    library = compose_experiment("naive_192gpu", MVAPICH)
+    fp16 = _largest(library, "dp", {"dp": "fp16"})
+    notes: list[str] = []
+    assert codec_for(library, lassen_profile, fp16, notes) is None
+    assert costs.message_cost(fp16, BYTES_LINK, None).comm_s == costs.plain(fp16, BYTES_LINK)
+    assert any("fp16 is not one of the types it compresses" in n for n in notes)
+    # the same layout on the framework backend: our codecs take fp16 too
+    assert codec_for(naive, lassen_profile, fp16, []).ratio == pytest.approx(2.0)
+    # and the library takes the same gradients cast to fp32: rate 8 is 4x
+    fp32 = _largest(library, "dp", {"dp": "fp32"})
+    assert codec_for(library, lassen_profile, fp32, []).ratio == pytest.approx(4.0)
+
+
+def test_the_library_compresses_point_to_point_from_its_threshold_and_no_reduce(lassen_profile):
+    library = compose_experiment("naive_192gpu", MVAPICH)
+    framework = compose_experiment("naive_192gpu", ["task=predict"])
+    rules = lassen_profile.mpi_compression["mvapich-plus"]
+
+    def p2p(nbytes: float) -> traffic.Message:
+        return traffic.Message("pp", "p2p", nbytes, 2, 1, "microbatch", 32)
+
+    small = p2p(rules.p2p_min_bytes / 2)
+    coded = costs.message_cost(small, BYTES_LINK, codec_for(library, lassen_profile, small, []))
+    assert coded.comm_s == costs.plain(small, BYTES_LINK) and coded.codec_s == 0
+    ours = costs.message_cost(small, BYTES_LINK, codec_for(framework, lassen_profile, small, []))
+    assert ours.comm_s < costs.plain(small, BYTES_LINK)  # our min_bytes is 4096
+    big = p2p(rules.p2p_min_bytes * 2)
+    assert codec_for(library, lassen_profile, big, []).ratio == pytest.approx(4.0)
+    over = p2p(rules.p2p_max_bytes * 2)
+    assert codec_for(library, lassen_profile, over, []) is None
+    owners = traffic.Message("dp", "reduce_to_owners", 8e6, 12, 1, "step", 32)
+    assert codec_for(library, lassen_profile, owners, []) is None  # MPI_Reduce: not listed
+    assert codec_for(framework, lassen_profile, owners, []) is not None
+
+
+def test_a_library_without_rules_in_the_profile_is_a_clear_error(lassen_profile):
+    cfg = compose_experiment("naive_192gpu", MVAPICH)
+    bare = dataclasses.replace(lassen_profile, mpi_compression={})
+    msg = _largest(cfg, "dp", {"dp": "fp32"})
+    with pytest.raises(ConfigError, match=r"no mpi_compression.mvapich-plus rules.*"
+                                          r"configs/cluster/lassen.yaml"):
+        codec_for(cfg, bare, msg, [])

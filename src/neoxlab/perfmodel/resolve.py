@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
 from neoxlab.config import Config, ConfigError
-from neoxlab.config.profile import PerfProfile
+from neoxlab.config.profile import LIBRARY_DTYPES, LIBRARY_OPS, PerfProfile
 
 
 @dataclass(frozen=True)
@@ -91,4 +91,13 @@ def check_profile(p: PerfProfile, cluster: str) -> list[str]:
     for key in ("layer_overhead_us", "microbatch_overhead_us", "step_overhead_us"):
         if getattr(p, key) < 0:
             errors.append(f"{where}.{key}={getattr(p, key)} must be >= 0")
+    for library, rules in p.mpi_compression.items():
+        bad = ([o for o in rules.ops if o not in LIBRARY_OPS]
+               + [t for t in rules.dtypes if t not in LIBRARY_DTYPES])
+        if bad:
+            errors.append(f"{where}.mpi_compression.{library}: {bad} unknown; ops are "
+                          f"{list(LIBRARY_OPS)}, dtypes {list(LIBRARY_DTYPES)}")
+        if not rules.source:
+            errors.append(f"{where}.mpi_compression.{library}.source is empty; name the "
+                          "documentation the rules come from")
     return errors
