@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 # the names MpiCompressionRules may use
 LIBRARY_OPS = ("p2p", "all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 LIBRARY_DTYPES = ("fp32", "fp64", "fp16", "bf16")
+MARKS = ("published", "measured", "assumed")  # how a provenance entry starts
 
 
 @dataclass
@@ -82,6 +83,9 @@ class PerfProfile:
     shared_cores: bool = False
     # per cluster.mpi_library: what it compresses on the fly (compression.backend=mpi)
     mpi_compression: dict[str, MpiCompressionRules] = field(default_factory=dict)
+    # a value's dotted path ('intra.bandwidth_gbs', 'codecs.zfp') -> "published: <source>",
+    # "measured: <source>" or "assumed: <reason>" (the sensitivity table prints them)
+    provenance: dict[str, str] = field(default_factory=dict)
     # a JSON (path relative to launch.results_dir) whose values replace these; missing
     # file -> the YAML values are used and the prediction says so
     calibration: str | None = None

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
 from neoxlab.config import Config, ConfigError
-from neoxlab.config.profile import LIBRARY_DTYPES, LIBRARY_OPS, PerfProfile
+from neoxlab.config.profile import LIBRARY_DTYPES, LIBRARY_OPS, MARKS, PerfProfile
 
 
 @dataclass(frozen=True)
@@ -100,4 +100,24 @@ def check_profile(p: PerfProfile, cluster: str) -> list[str]:
         if not rules.source:
             errors.append(f"{where}.mpi_compression.{library}.source is empty; name the "
                           "documentation the rules come from")
+    for key, text in p.provenance.items():
+        if not text.startswith(tuple(f"{m}: " for m in MARKS)):
+            errors.append(f"{where}.provenance.{key}='{text}' must start with one of "
+                          f"{[m + ':' for m in MARKS]} and name its source")
+        if profile_value(p, key) is None:
+            errors.append(f"{where}.provenance.{key} names no value of the profile; use a "
+                          "dotted path such as intra.bandwidth_gbs or codecs.zfp")
     return errors
+
+
+def profile_value(p: PerfProfile, key: str) -> object | None:
+    """The value at a dotted path of the profile (through fields and dict keys), None if absent."""
+    node: object = p
+    for part in key.split("."):
+        if isinstance(node, dict):
+            node = node.get(part)
+        else:
+            node = getattr(node, part, None)
+        if node is None:
+            return None
+    return node
