@@ -277,10 +277,16 @@ def test_every_profile_value_names_its_source(cluster):
     lines = (REPO_ROOT / "configs" / "cluster" / f"{cluster}.yaml").read_text().splitlines()
     start = lines.index("profile:")
     missing = []
+    provenance = None  # the indent of the provenance block's entries: sources themselves
     for i, line in enumerate(lines[start + 1:], start + 1):
         key, _, value = line.strip().partition(":")
+        indent = len(line) - len(line.lstrip())
+        if provenance is not None and indent < provenance:
+            provenance = None
+        if key == "provenance":
+            provenance = indent + 1
         if (not line.startswith(" ") or not value.strip() or value.strip().startswith("#")
-                or key == "source"):  # the profile's own one-line description
+                or key == "source" or provenance is not None):  # descriptions and sources
             continue
         above = lines[i - 1].strip()
         header = above.partition("#")[0].strip().endswith(":")

@@ -9,6 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# the names MpiCompressionRules may use
+LIBRARY_OPS = ("p2p", "all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+LIBRARY_DTYPES = ("fp32", "fp64", "fp16", "bf16")
+MARKS = ("published", "measured", "assumed")  # how a provenance entry starts
+
 
 @dataclass
 class LinkProfile:
@@ -45,6 +50,21 @@ class CodecProfile:
 
 
 @dataclass
+class MpiCompressionRules:
+    """What an MPI library compresses on the fly, as its documentation states it: a
+    compression.backend=mpi prediction prices every other message uncompressed."""
+
+    source: str = ""  # the documentation the rules are read from (title, address, date)
+    # element types it compresses (MPI_FLOAT: fp32, MPI_DOUBLE: fp64); fp16 sent as bytes is not
+    dtypes: list[str] = field(default_factory=list)
+    # operations it compresses on GPU buffers, in the model's names: p2p, all_reduce,
+    # all_gather, reduce_scatter, all_to_all (a reduce to owners is a series of MPI_Reduce)
+    ops: list[str] = field(default_factory=list)
+    p2p_min_bytes: int = 0  # point-to-point messages below this go uncompressed
+    p2p_max_bytes: int | None = None  # ... and above this (null: no limit)
+
+
+@dataclass
 class PerfProfile:
     source: str = ""  # one line: what the values are and where they come from
     achievable_tflops: float = 0.0  # dense training rate one device reaches (per core on CPUs)
@@ -61,6 +81,11 @@ class PerfProfile:
     # CPU clusters: ranks share cores, so compute and overheads stretch by
     # ranks_per_node / cores_per_node when there are more ranks than cores
     shared_cores: bool = False
+    # per cluster.mpi_library: what it compresses on the fly (compression.backend=mpi)
+    mpi_compression: dict[str, MpiCompressionRules] = field(default_factory=dict)
+    # a value's dotted path ('intra.bandwidth_gbs', 'codecs.zfp') -> "published: <source>",
+    # "measured: <source>" or "assumed: <reason>" (the sensitivity table prints them)
+    provenance: dict[str, str] = field(default_factory=dict)
     # a JSON (path relative to launch.results_dir) whose values replace these; missing
     # file -> the YAML values are used and the prediction says so
     calibration: str | None = None

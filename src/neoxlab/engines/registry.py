@@ -16,9 +16,11 @@ from pathlib import Path
 from neoxlab.config import Config, ConfigError
 from neoxlab.engines.builtin import launch as builtin_launch
 from neoxlab.engines.builtin.deepspeed_config import render as render_deepspeed
+from neoxlab.engines.builtin.deepspeed_config import wire_dtypes as deepspeed_wire_dtypes
 from neoxlab.engines.builtin.train_rules import validate_data
 from neoxlab.engines.neox import launch as neox_launch
 from neoxlab.engines.neox.metrics import collect_metrics
+from neoxlab.engines.neox.render import wire_dtypes as neox_wire_dtypes
 from neoxlab.engines.neox.render import write_neox_yml
 from neoxlab.engines.neox.rules import check_neox_inputs, validate_neox
 from neoxlab.layout import Layout
@@ -43,6 +45,9 @@ class Engine:
     routes_groups: bool = False  # builds its groups through comm.group_backends.GroupRouter
     # GPT-NeoX's parallel residual reduces attention and MLP in one TP all-reduce per layer
     fused_parallel_residual: bool = False
+    # the dtype each dimension's payloads travel in (tp, pp, dp, zero -> fp32 | fp16 | bf16),
+    # from the engine's files as rendered (the performance model's bytes and codec ratios)
+    wire_dtypes: Callable[[Config], dict[str, str]] = deepspeed_wire_dtypes
 
 
 def _builtin_rules(cfg: Config) -> list[str]:
@@ -60,10 +65,12 @@ def _neox_command(cfg: Config, run_dir: Path, python: str, task_module: str) -> 
 ENGINES: dict[str, Engine] = {
     "builtin": Engine(rules=_builtin_rules, files=_deepspeed_json,
                       rank_command=builtin_launch.rank_command, rank_env=builtin_launch.rank_env,
-                      forkable=True, checkpoints=True, routes_groups=True),
+                      forkable=True, checkpoints=True, routes_groups=True,
+                      wire_dtypes=deepspeed_wire_dtypes),
     "neox": Engine(rules=validate_neox, files=write_neox_yml, rank_command=_neox_command,
                    rank_env=neox_launch.rank_env, submit_checks=check_neox_inputs,
-                   after_job=collect_metrics, fused_parallel_residual=True),
+                   after_job=collect_metrics, fused_parallel_residual=True,
+                   wire_dtypes=neox_wire_dtypes),
 }
 
 

@@ -26,11 +26,12 @@ collectives keeps them on the cores (codec_on_path()); the ranks of emulated nod
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 from neoxlab import metrics
 from neoxlab.config import Config, ConfigError
-from neoxlab.config.profile import LinkProfile, PerfProfile
+from neoxlab.config.profile import LinkProfile, MpiCompressionRules, PerfProfile
 from neoxlab.layout import Layout, padded_vocab_size, resolve_layout
 from neoxlab.perfmodel import costs, traffic
 from neoxlab.perfmodel.costs import Codec
@@ -40,6 +41,9 @@ from neoxlab.perfmodel.topology import crosses_nodes
 COMPONENTS = ("compute", "overhead", "tp", "pp", "bubble", "dp", "zero", "codec")
 # wire bits per value of the fixed-size codecs (zfp: its rate parameter)
 FIXED_BITS = {"fp16": 16, "bf16": 16, "int8": 8, "int4": 4}
+# a wire element width as an MPI library's rules name it (16 bits: fp16 or bf16, never
+# compressed by a library that takes MPI_FLOAT / MPI_DOUBLE only)
+WIRE_NAMES = {32: "fp32", 64: "fp64", 16: "fp16"}
 
 
 @dataclass
@@ -60,6 +64,7 @@ class Prediction:
     breakdown: dict[str, float]
     links: dict[str, str]  # dimension -> intra | inter
     profile: str
+    wire: dict[str, str] = field(default_factory=dict)  # dimension -> dtype its payloads travel in
     notes: list[str] = field(default_factory=list)
     slowdown: float = 1.0  # step / critical path at full speed (ranks sharing cores: > 1)
     bound: str = "critical path"  # or "cores": ranks sharing cores, their CPU work bounds it
@@ -73,22 +78,26 @@ class Prediction:
         data.pop("breakdown")
         data.pop("notes")
         links = data.pop("links")
+        wire = data.pop("wire")
         data.update({f"{k}_s": v for k, v in self.breakdown.items()})
         data.update({f"{k}_link": v for k, v in links.items()})
+        data.update({f"{k}_wire": v for k, v in wire.items()})
         return data
 
 
 def predict(cfg: Config, profile: PerfProfile | None = None, origin: str = "",
-            external: float | None = None) -> Prediction:
+            external: float | None = None, dtypes: Mapping[str, str] | None = None
+            ) -> Prediction:
     """Validate (ConfigError on a bad layout or profile), then predict one step.
 
     external: threads of other jobs competing for the cores, measured during a run
-    (perfmodel.stretch) on CPU machines shared with other jobs; None: an idle machine."""
+    (perfmodel.stretch) on CPU machines shared with other jobs; None: an idle machine.
+    dtypes: wire dtypes replacing the engine's for some dimensions (traffic.wire_dtypes)."""
     layout = resolve_layout(cfg)
     if profile is None:
         resolved = resolve_profile(cfg)
         profile, origin = resolved.profile, resolved.origin
-    return _predict(cfg, layout, profile, origin, external)
+    return _predict(cfg, layout, profile, origin, external, dtypes)
 
 
 def slowdowns(cfg: Config, layout: Layout, profile: PerfProfile, external: float | None
@@ -116,7 +125,8 @@ def sharing_ranks(cfg: Config, layout: Layout) -> int:
 
 
 def _predict(cfg: Config, layout: Layout, p: PerfProfile, origin: str,
-             external: float | None = None) -> Prediction:
+             external: float | None = None, dtypes: Mapping[str, str] | None = None
+             ) -> Prediction:
     m, pp = layout.grad_accum, layout.pp
     shape = traffic.stage_shape(cfg, layout)
     vocab = padded_vocab_size(cfg.model, layout.tp)
@@ -133,7 +143,7 @@ def _predict(cfg: Config, layout: Layout, p: PerfProfile, origin: str,
     per_dim = {dim: costs.ZERO for dim in links}
     per_mb = {dim: costs.ZERO for dim in links}
     notes: list[str] = []
-    messages = traffic.messages(cfg, layout)
+    messages = traffic.messages(cfg, layout, dtypes)
     # a reduce to owners' payloads cross one at a time (costs.compressed), so its ranks leave
     # it one after another and reach their codecs apart, not together
     staggered = {msg.dim for msg in messages if msg.op == "reduce_to_owners"}
@@ -190,7 +200,8 @@ def _predict(cfg: Config, layout: Layout, p: PerfProfile, origin: str,
         micro_batch=layout.micro_batch, grad_accum=m, global_batch=layout.global_batch,
         step_s=step, tflops_per_gpu=metrics.tflops_per_gpu(flops, step, layout.world_size),
         samples_per_s=layout.global_batch / step, breakdown=breakdown, links=links,
-        profile=origin, notes=sorted(set(notes)), slowdown=scale,
+        profile=origin, wire=traffic.wire_dtypes(cfg, dtypes), notes=sorted(set(notes)),
+        slowdown=scale,
         bound="cores" if throughput > critical else "critical path",
         critical_s=critical, throughput_s=throughput, codec_path_s=codec,
     )
@@ -222,9 +233,22 @@ def codec_on_path(codec_s: float, idle_wire_s: float, slow_path: float,
 def codec_for(cfg: Config, p: PerfProfile, msg: traffic.Message, notes: list[str]
               ) -> Codec | None:
     """The dimension's compressor with its ratio on this message's element width; none for
-    messages under its min_bytes, which the framework patch sends raw."""
+    messages the compressing side leaves alone: under its min_bytes for the framework patch,
+    outside the library's documented rules for compression.backend=mpi."""
     d = cfg.compression.dims.get(msg.dim)
-    if d is None or d.compressor == "none" or msg.nbytes < d.min_bytes:
+    if d is None or d.compressor == "none":
+        return None
+    min_bytes, feedback = d.min_bytes, d.error_feedback and msg.dim == "dp"
+    if cfg.compression.backend == "mpi":
+        rules = library_rules(cfg, p)
+        refused = refused_by(rules, msg)
+        if refused:
+            notes.append(f"{msg.dim}: {cfg.cluster.mpi_library} sends {msg.op} uncompressed: "
+                         f"{refused}")
+            return None
+        min_bytes = rules.p2p_min_bytes if msg.op == "p2p" else 0
+        feedback = False  # the library keeps no residual
+    elif msg.nbytes < d.min_bytes:
         return None
     # a profile timed with these very parameters (ZFP's rate sets how many bit planes it
     # codes: rate 24 runs ~2x slower than rate 8), else the compressor's own
@@ -240,8 +264,33 @@ def codec_for(cfg: Config, p: PerfProfile, msg: traffic.Message, notes: list[str
     if ratio <= 1.0:
         notes.append(f"{msg.dim}: {d.compressor} {d.params} on {msg.float_bits}-bit values "
                      f"does not shrink them (ratio {ratio:.2f}): sent raw, encode still paid")
-    return Codec(d.compressor, ratio, profile, d.min_bytes,
-                 d.error_feedback and msg.dim == "dp")
+    return Codec(d.compressor, ratio, profile, min_bytes, feedback)
+
+
+def library_rules(cfg: Config, p: PerfProfile) -> MpiCompressionRules:
+    """The cluster's MPI library's compression rules (profile data); ConfigError without."""
+    library = cfg.cluster.mpi_library
+    rules = p.mpi_compression.get(library)
+    if rules is None:
+        raise ConfigError(
+            f"compression.backend=mpi: cluster '{cfg.cluster.name}' profile has no "
+            f"mpi_compression.{library} rules (it has {sorted(p.mpi_compression)}), so what "
+            f"cluster.mpi_library='{library}' compresses is unknown; add them to "
+            f"configs/cluster/{cfg.cluster.name}.yaml's profile with the library's "
+            "documentation as source, or predict with compression.backend=framework")
+    return rules
+
+
+def refused_by(rules: MpiCompressionRules, msg: traffic.Message) -> str | None:
+    """Why the library leaves the message uncompressed, or None when it compresses it."""
+    dtype = WIRE_NAMES.get(msg.float_bits, f"{msg.float_bits}-bit")
+    if dtype not in rules.dtypes:
+        return f"{dtype} is not one of the types it compresses ({rules.dtypes})"
+    if msg.op not in rules.ops:
+        return f"it compresses {rules.ops} only"
+    if msg.op == "p2p" and rules.p2p_max_bytes is not None and msg.nbytes > rules.p2p_max_bytes:
+        return f"{msg.nbytes:.0f} B is over its point-to-point limit of {rules.p2p_max_bytes} B"
+    return None
 
 
 def spec_key(name: str, params: dict) -> str:

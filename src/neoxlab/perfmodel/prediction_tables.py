@@ -1,23 +1,16 @@
 """Tables of predictions: per-layout breakdown, gains over the baseline, and the comparison
-with the published Lassen gains (with what would have to change to reach them)."""
+with the published Lassen gains."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Callable
 
 import pandas as pd
 
-from neoxlab.config import Config
-from neoxlab.config.profile import PerfProfile
-from neoxlab.perfmodel.predict import COMPONENTS, Prediction, gain_pct, predict
+from neoxlab.perfmodel.predict import COMPONENTS, Prediction, gain_pct
+from neoxlab.perfmodel.published import PUBLISHED, PUBLISHED_GPUS
 
 BASELINE = "none"
-# The published gains at 192 V100 (GPT-NeoX-20B, ZeRO-1, Lassen): TFLOPS/GPU and samples/s
-# over the uncompressed baseline, for naive ZFP and the hybrid (ZHybrid) scheme.
-PUBLISHED = {"naive": (22.5, 23.6), "zhybrid": (17.3, 12.7)}
-PUBLISHED_GPUS = 192
 
 
 def table(preds: list[Prediction]) -> pd.DataFrame:
@@ -56,70 +49,22 @@ def _num(x: float) -> str:
 
 
 # ---- the published comparison ------------------------------------------------------------
-KNOBS: dict[str, Callable[[PerfProfile, float], PerfProfile]] = {
-    "intra-node bandwidth (TP)": lambda p, k: dataclasses.replace(
-        p, intra=dataclasses.replace(p.intra, bandwidth_gbs=p.intra.bandwidth_gbs * k)),
-    "inter-node bandwidth (PP, DP, ZeRO)": lambda p, k: dataclasses.replace(
-        p, inter=dataclasses.replace(p.inter, bandwidth_gbs=p.inter.bandwidth_gbs * k)),
-    "achievable TFLOPS": lambda p, k: dataclasses.replace(
-        p, achievable_tflops=p.achievable_tflops * k),
-    "zfp throughput": lambda p, k: dataclasses.replace(p, codecs={
-        name: (dataclasses.replace(c, encode_gbs=c.encode_gbs * k, decode_gbs=c.decode_gbs * k)
-               if name.partition(":")[0] == "zfp" else c)  # every rate's profile
-        for name, c in p.codecs.items()}),
-}
-
-
-def published_comparison(frame: pd.DataFrame, configs: dict[str, Config],
-                         profile: PerfProfile, origin: str) -> str | None:
-    """Predicted vs published gains at 192 GPUs, and one sensitivity line per scheme."""
+def published_comparison(frame: pd.DataFrame) -> str | None:
+    """Predicted vs published gains at the published GPU count (the sensitivity table,
+    perfmodel.sensitivity, says what each assumption would have to be)."""
     rows = frame[(frame["gpus"] == PUBLISHED_GPUS) & frame["scheme"].isin(PUBLISHED)]
-    base = frame[(frame["gpus"] == PUBLISHED_GPUS) & (frame["scheme"] == BASELINE)]
-    if rows.empty or base.empty:
+    if rows.empty or not (frame["scheme"] == BASELINE).any():
         return None
-    base_cfg = configs[base.iloc[0]["experiment"]]
-    lines = [f"{'scheme @192 GPUs':<18}{'TFLOPS/GPU gain %':>34}{'samples/s gain %':>34}",
+    lines = [f"{'scheme @' + str(PUBLISHED_GPUS) + ' GPUs':<18}{'TFLOPS/GPU gain %':>34}"
+             f"{'samples/s gain %':>34}",
              f"{'':<18}{'predicted':>12}{'published':>11}{'diff':>11}"
              f"{'predicted':>12}{'published':>11}{'diff':>11}"]
-    sensitivity = []
     for _, r in rows.iterrows():
         pub_t, pub_s = PUBLISHED[r["scheme"]]
         lines.append(
             f"{r['experiment']:<18}{r['tflops_gain_pct']:>+12.1f}{pub_t:>+11.1f}"
             f"{r['tflops_gain_pct'] - pub_t:>+11.1f}{r['samples_gain_pct']:>+12.1f}"
             f"{pub_s:>+11.1f}{r['samples_gain_pct'] - pub_s:>+11.1f}")
-        cfg = configs[r["experiment"]]
-        for knob, change in KNOBS.items():
-            factor = solve_factor(cfg, base_cfg, profile, change, pub_t, origin)
-            shown = (f"x{factor:.3g}" if factor is not None
-                     else "cannot reach it within x1/1000..x1000")
-            sensitivity.append(f"  {r['experiment']}: {knob} {shown} for +{pub_t}% TFLOPS/GPU")
     lines.append("The model predicts one iteration time, so its TFLOPS/GPU and samples/s gains "
                  "are equal; the paper's differ (see docs/perfmodel.md).")
-    lines.append("What one parameter would have to be multiplied by (the others as in the "
-                 "profile) for the predicted gain to equal the published one:")
-    return "\n".join(lines + sensitivity)
-
-
-def solve_factor(cfg: Config, base_cfg: Config, profile: PerfProfile,
-                 change: Callable[[PerfProfile, float], PerfProfile], target: float,
-                 origin: str) -> float | None:
-    """Bisection on log10(factor) in [-3, 3] for gain(factor) == target; None if no root."""
-    def miss(log_k: float) -> float:
-        p = change(profile, 10.0**log_k)
-        ours = predict(cfg, p, origin).tflops_per_gpu
-        theirs = predict(base_cfg, p, origin).tflops_per_gpu
-        return gain_pct(ours, theirs) - target
-
-    lo, hi = -3.0, 3.0
-    f_lo, f_hi = miss(lo), miss(hi)
-    if f_lo * f_hi > 0:
-        return None
-    for _ in range(50):
-        mid = (lo + hi) / 2
-        f_mid = miss(mid)
-        if f_lo * f_mid <= 0:
-            hi = mid
-        else:
-            lo, f_lo = mid, f_mid
-    return 10.0 ** ((lo + hi) / 2)
+    return "\n".join(lines)

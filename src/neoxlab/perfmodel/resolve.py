@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
 from neoxlab.config import Config, ConfigError
-from neoxlab.config.profile import PerfProfile
+from neoxlab.config.profile import LIBRARY_DTYPES, LIBRARY_OPS, MARKS, PerfProfile
 
 
 @dataclass(frozen=True)
@@ -91,4 +91,33 @@ def check_profile(p: PerfProfile, cluster: str) -> list[str]:
     for key in ("layer_overhead_us", "microbatch_overhead_us", "step_overhead_us"):
         if getattr(p, key) < 0:
             errors.append(f"{where}.{key}={getattr(p, key)} must be >= 0")
+    for library, rules in p.mpi_compression.items():
+        bad = ([o for o in rules.ops if o not in LIBRARY_OPS]
+               + [t for t in rules.dtypes if t not in LIBRARY_DTYPES])
+        if bad:
+            errors.append(f"{where}.mpi_compression.{library}: {bad} unknown; ops are "
+                          f"{list(LIBRARY_OPS)}, dtypes {list(LIBRARY_DTYPES)}")
+        if not rules.source:
+            errors.append(f"{where}.mpi_compression.{library}.source is empty; name the "
+                          "documentation the rules come from")
+    for key, text in p.provenance.items():
+        if not text.startswith(tuple(f"{m}: " for m in MARKS)):
+            errors.append(f"{where}.provenance.{key}='{text}' must start with one of "
+                          f"{[m + ':' for m in MARKS]} and name its source")
+        if profile_value(p, key) is None:
+            errors.append(f"{where}.provenance.{key} names no value of the profile; use a "
+                          "dotted path such as intra.bandwidth_gbs or codecs.zfp")
     return errors
+
+
+def profile_value(p: PerfProfile, key: str) -> object | None:
+    """The value at a dotted path of the profile (through fields and dict keys), None if absent."""
+    node: object = p
+    for part in key.split("."):
+        if isinstance(node, dict):
+            node = node.get(part)
+        else:
+            node = getattr(node, part, None)
+        if node is None:
+            return None
+    return node

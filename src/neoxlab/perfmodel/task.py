@@ -4,7 +4,8 @@ A single experiment gets a run dir under <results>/predictions/<experiment>/ (fr
 layout, provenance, prediction.json). A comparison (`runs: [...]`) predicts every member
 (each composed with task=predict), writes <results>/tables/<exp>.predicted.{parquet,csv,md}
 and draws analysis/predicted.py's figure; at 192 GPUs on the paper's grid it prints the
-predicted gains beside the published ones.
+predicted gains beside the published ones and the sensitivity table
+(<exp>.sensitivity.{md,csv}: perfmodel.sensitivity).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pandas as pd
 from neoxlab.config import Config
 from neoxlab.layout import resolve_layout
 from neoxlab.perfmodel import prediction_tables as report
+from neoxlab.perfmodel import sensitivity_report
 from neoxlab.perfmodel.predict import Prediction, predict
 from neoxlab.perfmodel.resolve import resolve_profile
 from neoxlab.results import figures
@@ -45,11 +47,18 @@ def run_predict(cfg: Config, configs: list[Config], argv: list[str]) -> int:
     if not cfg.runs:
         return 0
     write_tables(frame, results / "tables", cfg.experiment)
-    by_name = {m.experiment: m for m in configs}
-    text = report.published_comparison(frame, by_name, resolved[0].profile, resolved[0].origin)
+    text = report.published_comparison(frame)
     if text:
         print(text, flush=True)
         rundir.write_atomic(results / "tables" / f"{cfg.experiment}.published.txt", text + "\n")
+    by_name = {m.experiment: m for m in configs}
+    base = sensitivity_report.base_case(frame, by_name, resolved[0].profile)
+    if base is not None:
+        rows = sensitivity_report.table(base)
+        print(sensitivity_report.write(base, rows, results / "tables", cfg.experiment),
+              flush=True)
+        print(f"[neoxlab] table: {results}/tables/{cfg.experiment}.sensitivity.{{md,csv}}",
+              flush=True)
     return draw_figure(cfg.experiment, results)
 
 

@@ -18,18 +18,26 @@ checked against the comm accounting of real runs (tests/unit/test_perfmodel.py):
   with all-reduce), then with ZeRO >= 1 an all-gather of the updated parameters.
 - control: a few scalar all-reduces per step (loss, overflow check, gradient norm; about 3
   per rank in the accounting of local runs), latency only, never compressed.
+
+Each dimension's payloads travel in the dtype the engine's files give them (the engine
+record's wire_dtypes: the training precision, DeepSpeed's communication_data_type for DP
+gradients, GPT-NeoX's fp32_allreduce for TP all-reduces); the all-gathers of partitioned
+activations carry the pipeline's dtype. Bytes, codec ratios and codec time follow from it.
+The casts to and from a wider wire dtype are not priced.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from neoxlab.config import Config
+from neoxlab.config import Config, ConfigError
 from neoxlab.engines.registry import engine_of
 from neoxlab.layout import Layout, estimate_memory
 
-HALF = ("fp16", "bf16")
+BITS = {"fp32": 32, "fp16": 16, "bf16": 16, "fp64": 64}  # element width of a wire dtype
+WIRE_DIMS = ("tp", "pp", "dp", "zero")  # the dimensions whose payload dtype varies
 CE_ALLREDUCES = 3  # max logit, target logit, sum of exponentials (fp32, one per token)
 CONTROL_ALLREDUCES = 3  # per step: loss, overflow check, gradient norm (scalars)
 
@@ -51,25 +59,33 @@ class Message:
 
 @dataclass(frozen=True)
 class Shape:
-    """Per-rank sizes of the busiest pipeline stage."""
+    """Per-rank sizes of the busiest pipeline stage, in elements (bytes follow the wire dtype)."""
 
     layers: int  # transformer layers on the stage
     stage_layers: tuple[int, ...]  # layers of every stage (DeepSpeed balances their count)
-    activation_bytes: float  # one [micro_batch, seq, hidden] tensor
+    activation_elems: float  # one [micro_batch, seq, hidden] tensor
     stage_params: int  # parameters one rank holds (stage / tp)
-    act_bits: int
-    grad_bits: int
 
 
 def stage_shape(cfg: Config, layout: Layout) -> Shape:
-    half = cfg.train.precision in HALF
-    bits = 16 if half else 32
     m = cfg.model
-    act = layout.micro_batch * m.seq_length * m.hidden_size * bits / 8
+    act = layout.micro_batch * m.seq_length * m.hidden_size
     params = estimate_memory(cfg, layout).params_per_device
     base, extra = divmod(m.num_layers, layout.pp)
     stages = tuple(base + (1 if s < extra else 0) for s in range(layout.pp))
-    return Shape(math.ceil(m.num_layers / layout.pp), stages, act, params, bits, bits)
+    return Shape(math.ceil(m.num_layers / layout.pp), stages, act, params)
+
+
+def wire_dtypes(cfg: Config, override: Mapping[str, str] | None = None) -> dict[str, str]:
+    """tp, pp, dp, zero -> the dtype their payloads travel in: the engine's, then `override`
+    (a what-if of the sensitivity table); ConfigError on a dtype or dimension not known."""
+    dtypes = dict(engine_of(cfg).wire_dtypes(cfg))
+    for dim, dtype in (override or {}).items():
+        if dim not in WIRE_DIMS or dtype not in BITS:
+            raise ConfigError(f"wire dtype {dim}={dtype!r}: dimensions are {list(WIRE_DIMS)}, "
+                              f"dtypes {list(BITS)}; name one of each")
+        dtypes[dim] = dtype
+    return dtypes
 
 
 def forward_allreduces_per_layer(cfg: Config) -> int:
@@ -79,19 +95,23 @@ def forward_allreduces_per_layer(cfg: Config) -> int:
     return 2
 
 
-def messages(cfg: Config, layout: Layout) -> list[Message]:
+def messages(cfg: Config, layout: Layout, dtypes: Mapping[str, str] | None = None
+             ) -> list[Message]:
+    """One step's traffic; `dtypes` overrides the engine's wire dtype of some dimensions."""
     shape = stage_shape(cfg, layout)
+    bits = {dim: BITS[dtype] for dim, dtype in wire_dtypes(cfg, dtypes).items()}
     out: list[Message] = []
-    out += _tensor_parallel(cfg, layout, shape)
-    out += _pipeline(layout, shape)
-    out += _data_parallel(cfg, layout, shape)
+    out += _tensor_parallel(cfg, layout, shape, bits)
+    out += _pipeline(layout, shape, bits["pp"])
+    out += _data_parallel(cfg, layout, shape, bits)
     if layout.world_size > 1:
         out.append(Message("control", "all_reduce", 8, layout.world_size, CONTROL_ALLREDUCES,
                            "step", 32))
     return out
 
 
-def _tensor_parallel(cfg: Config, layout: Layout, shape: Shape) -> list[Message]:
+def _tensor_parallel(cfg: Config, layout: Layout, shape: Shape, bits: dict[str, int]
+                     ) -> list[Message]:
     tp = layout.tp
     if tp == 1:
         return []
@@ -101,38 +121,41 @@ def _tensor_parallel(cfg: Config, layout: Layout, shape: Shape) -> list[Message]
     # the busiest stage's extras: the last stage's head backward all-reduce (with pp == 1
     # the first stage's embedding forward one too) and cross entropy's fp32 scalars
     tokens = layout.micro_batch * cfg.model.seq_length
-    act, bits = shape.activation_bytes, shape.act_bits
+    b = bits["tp"]
+    act = shape.activation_elems * b / 8
     out = [
         Message("tp", "all_reduce", act, tp, shape.layers * forward + (layout.pp == 1),
-                "microbatch", bits),
+                "microbatch", b),
         # backward: megatron-core issues them async; the framework patch compresses those too
-        Message("tp", "all_reduce", act, tp, shape.layers * 2 + 1, "microbatch", bits),
+        Message("tp", "all_reduce", act, tp, shape.layers * 2 + 1, "microbatch", b),
         Message("tp", "all_reduce", tokens * 4, tp, CE_ALLREDUCES, "microbatch", 32),
     ]
-    if layout.pp > 1:
-        out.append(Message("tp", "all_gather", act, tp, 2, "microbatch", bits))
+    if layout.pp > 1:  # the stage boundary's activation, reassembled: the pipeline's dtype
+        out.append(Message("tp", "all_gather", shape.activation_elems * bits["pp"] / 8, tp, 2,
+                           "microbatch", bits["pp"]))
     return out
 
 
-def _pipeline(layout: Layout, shape: Shape) -> list[Message]:
+def _pipeline(layout: Layout, shape: Shape, bits: int) -> list[Message]:
     if layout.pp == 1:
         return []
-    payload = shape.activation_bytes / layout.tp  # DeepSpeed partitions it over TP
-    return [Message("pp", "p2p", payload, 2, 2, "microbatch", shape.act_bits)]
+    payload = shape.activation_elems * bits / 8 / layout.tp  # DeepSpeed partitions it over TP
+    return [Message("pp", "p2p", payload, 2, 2, "microbatch", bits)]
 
 
-def _data_parallel(cfg: Config, layout: Layout, shape: Shape) -> list[Message]:
+def _data_parallel(cfg: Config, layout: Layout, shape: Shape, bits: dict[str, int]
+                   ) -> list[Message]:
     dp = layout.dp
     if dp == 1:
         return []
     z = cfg.zero
-    grad_bytes = shape.stage_params * shape.grad_bits / 8
+    grad_bytes = shape.stage_params * bits["dp"] / 8
     op = "reduce_to_owners" if z.reduce_to_owner else "all_reduce"
-    out = _buckets("dp", op, grad_bytes, z.reduce_bucket_size, shape.grad_bits, dp)
+    out = _buckets("dp", op, grad_bytes, z.reduce_bucket_size, bits["dp"], dp)
     if z.stage >= 1:
-        weight_bytes = shape.stage_params * shape.act_bits / 8
+        weight_bytes = shape.stage_params * bits["zero"] / 8
         out += _buckets("zero", "all_gather", weight_bytes, z.allgather_bucket_size,
-                        shape.act_bits, dp)
+                        bits["zero"], dp)
     return out
 
 

@@ -6,7 +6,9 @@ Tables that are missing, or older than a run dir of their experiment, are collec
 (neoxlab.results.tables), so the figures show the runs there are.
 
 Notebooks are jupytext py:percent files; each names its outputs in a `# outputs:` line
-(paths under the results dir, `{exp}` filled in). The experiment and the directories are
+(paths under the results dir, `{exp}` filled in). A `# needs runs: no` line marks one that
+draws without run tables (analysis/paper_grid.py: from predictions), so an experiment that
+has not run yet still gets its figures from those notebooks. The experiment and the directories are
 passed by environment variables (NEOXLAB_EXP, NEOXLAB_RESULTS, NEOXLAB_TABLES,
 NEOXLAB_FIGURES). A notebook that raises, or leaves a declared output missing, makes the
 command exit non-zero, naming the notebook and the experiment.
@@ -66,6 +68,12 @@ def applies_to(notebook: Path, exp: str) -> bool:
             return (any(fnmatch.fnmatch(exp, p) for p in keep)
                     and not any(fnmatch.fnmatch(exp, p) for p in drop))
     return True
+
+
+def needs_runs(notebook: Path) -> bool:
+    """False for a notebook with a `# needs runs: no` line; every other one reads run tables."""
+    return not any(line.strip() == "# needs runs: no"
+                   for line in notebook.read_text().splitlines())
 
 
 def declared_outputs(notebook: Path, exp: str, results: Path) -> list[Path]:
@@ -149,20 +157,24 @@ def main(argv: list[str] | None = None) -> int:
         if reason:
             print(f"{name}: {reason}: collecting first", flush=True)
             collect.collect(name, args.results)
-    missing = [n for n in names if not (tables / f"{n}.runs.parquet").exists()]
+    books = notebooks(args.analysis)
+    ran = {n for n in names if (tables / f"{n}.runs.parquet").exists()}
+    missing = [n for n in names if n not in ran and not any(
+        applies_to(b, n) and not needs_runs(b) for b in books)]
     if not names or missing:
         which = f" EXP={missing[0]}" if missing else ""
         print(f"error: no runs and no tables for {missing or 'any experiment'} under "
               f"{args.results}/: run `make run{which}` first", file=sys.stderr)
         return 2
-    books = notebooks(args.analysis)
     failed: list[Outcome] = []
     for exp in names:
         os.environ.update(environment(exp, args.results))  # kernels inherit it
         start = time.perf_counter()
+        mine = [b for b in books if applies_to(b, exp) and (exp in ran or not needs_runs(b))]
+        if exp not in ran:
+            print(f"{exp}: no runs yet: only the notebooks that draw without them", flush=True)
         # One kernel per notebook, all at once: each waits mostly on its own start-up.
-        with ThreadPoolExecutor(max_workers=min(len(books), PARALLEL) or 1) as pool:
-            mine = [b for b in books if applies_to(b, exp)]
+        with ThreadPoolExecutor(max_workers=min(len(mine), PARALLEL) or 1) as pool:
             outcomes = list(pool.map(lambda b, e=exp: execute(b, e, args.results), mine))
         took = time.perf_counter() - start
         for outcome in outcomes:

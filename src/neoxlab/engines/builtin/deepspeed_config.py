@@ -47,6 +47,21 @@ def render(cfg: Config, layout: Layout) -> dict[str, Any]:
     }
     if z.reduce_to_owner:
         ds["zero_optimization"]["use_multi_rank_bucket_allreduce"] = False
-    if cfg.compression.communication_dtype is not None:
-        ds["communication_data_type"] = cfg.compression.communication_dtype
+    if communication_data_type(cfg) is not None:
+        ds["communication_data_type"] = communication_data_type(cfg)
     return ds
+
+
+def communication_data_type(cfg: Config) -> str | None:
+    """DeepSpeed's communication_data_type as rendered: the dtype ZeRO reduces gradients in
+    (None: not rendered, DeepSpeed reduces in the training precision)."""
+    return cfg.compression.communication_dtype
+
+
+def wire_dtypes(cfg: Config) -> dict[str, str]:
+    """The dtype each dimension's payloads travel in under DeepSpeed + megatron-core:
+    megatron-core's TP all-reduces, the pipeline's activations and ZeRO's parameter
+    all-gathers in the training precision; DP gradients in communication_data_type."""
+    precision = cfg.train.precision
+    return {"tp": precision, "pp": precision, "zero": precision,
+            "dp": communication_data_type(cfg) or precision}

@@ -141,15 +141,31 @@ def _zero(cfg: Config) -> dict[str, Any]:
     }
 
 
+def communication_keys(cfg: Config) -> dict[str, Any]:
+    """communication_data_type (DeepSpeed's DP gradient dtype) and fp32_allreduce (GPT-NeoX
+    casts its TP all-reduces to fp32), rendered only when the scheme sets a dtype."""
+    comm = cfg.compression.communication_dtype
+    if comm is None:
+        return {}
+    return {"communication_data_type": comm, "fp32_allreduce": comm == "fp32"}
+
+
+def wire_dtypes(cfg: Config) -> dict[str, str]:
+    """The dtype each dimension's payloads travel in under GPT-NeoX as rendered: TP
+    all-reduces in fp32 with fp32_allreduce (its mpu reduce casts up and back), DP gradients
+    in communication_data_type, pipeline activations and ZeRO's parameter all-gathers in the
+    training precision."""
+    keys, precision = communication_keys(cfg), cfg.train.precision
+    return {"tp": "fp32" if keys.get("fp32_allreduce") else precision, "pp": precision,
+            "zero": precision, "dp": keys.get("communication_data_type") or precision}
+
+
 def _precision(cfg: Config, layout: Layout) -> dict[str, Any]:
     """fp16 with GPT-NeoX-20B's dynamic loss scale, or bf16; fp32 renders neither. The
     scheme's communication dtype goes to DeepSpeed (communication_data_type) and, as fp32,
     to GPT-NeoX's own fp32_allreduce."""
-    precision, comm = cfg.train.precision, cfg.compression.communication_dtype
-    out: dict[str, Any] = {}
-    if comm is not None:
-        out["communication_data_type"] = comm
-        out["fp32_allreduce"] = comm == "fp32"
+    precision = cfg.train.precision
+    out: dict[str, Any] = communication_keys(cfg)
     if precision == "fp16":
         out["fp16"] = {"enabled": True, "loss_scale": 0, "loss_scale_window": 1000,
                        "hysteresis": 2, "min_loss_scale": 1, "initial_scale_power": 12}
