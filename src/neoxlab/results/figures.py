@@ -149,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
         if reason:
             print(f"{name}: {reason}: collecting first", flush=True)
             collect.collect(name, args.results)
-    missing = [n for n in names if not (tables / f"{n}.runs.parquet").exists()]
+    # runs collected, or tables a task wrote itself (task=tune: <exp>.tune.parquet)
+    missing = [n for n in names if not any(tables.glob(f"{n}.*.parquet"))]
     if not names or missing:
         which = f" EXP={missing[0]}" if missing else ""
         print(f"error: no runs and no tables for {missing or 'any experiment'} under "
