@@ -20,7 +20,6 @@ the cached one.
 from __future__ import annotations
 
 import dataclasses
-import json
 import socket
 import subprocess
 import sys
@@ -227,7 +226,3 @@ def write_into(run_dir: Path, insitu: InSitu) -> Path:
                              "origin": insitu.origin, "cache": str(insitu.path or ""),
                              "provenance": insitu.provenance})
     return path
-
-
-def to_json(data: dict) -> str:
-    return json.dumps(data, indent=2, default=str)
