@@ -293,7 +293,7 @@ def measure_insitu(args: list[str]) -> int:
         return 2
     try:
         cfg = compose_experiment(names[0], [a for a in args if not a.startswith("experiment=")])
-        found = insitu.resolve(cfg, measure=True, specs=cfg.tune.codecs)
+        found = insitu.resolve(cfg, measure=True, specs=cfg.tune.codecs, fresh=True)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

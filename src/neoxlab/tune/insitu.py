@@ -52,14 +52,16 @@ class InSitu:
     path: Path | None = None  # the cache file it came from or went to
 
 
-def resolve(cfg: Config, measure: bool = False, specs: Iterable[str] = ()) -> InSitu:
-    """The experiment's profile; `measure`: measure what is missing (emulated links: omb
-    runs inside the emulated cluster, minutes; codecs: seconds), else use the cache.
-    `specs`: the codecs to have timed besides those the experiment's scheme names."""
+def resolve(cfg: Config, measure: bool = False, specs: Iterable[str] = (),
+            fresh: bool = False) -> InSitu:
+    """The experiment's profile from the cache; `measure`: what the cache lacks is measured
+    (emulated links: omb runs inside the emulated cluster, minutes; codecs: seconds);
+    `fresh`: the emulated links are measured again even when cached. `specs`: the codecs
+    to have timed besides those the experiment's scheme names."""
     results = Path(cfg.launch.results_dir)
     wanted = _specs(cfg, specs)
     if cfg.cluster.emulated is not None:
-        return _emulated(cfg, results, measure, wanted)
+        return _emulated(cfg, results, measure, wanted, fresh)
     resolved = resolve_profile(cfg)
     if not runs_here(cfg):
         return InSitu(resolved.profile, resolved.origin, {})
@@ -129,12 +131,16 @@ def fit_points(cfg: Config) -> list[em.FitKey]:
     return list(dict.fromkeys(points))
 
 
-def _emulated(cfg: Config, results: Path, measure: bool, specs: list[str]) -> InSitu:
+def _emulated(cfg: Config, results: Path, measure: bool, specs: list[str], fresh: bool
+              ) -> InSitu:
     path = cache_path(cfg)
-    if path.exists() and not measure:
+    if path.exists() and not fresh:
         doc = rundir.read_json(path)
-        return InSitu(load_profile(doc, path), f"{path} ({doc['profile']['source']})",
-                      doc["provenance"], path)
+        profile = load_profile(doc, path)
+        codecs, _, _ = codec_profiles(results, specs, measure)  # this host's, newer or more
+        profile = dataclasses.replace(profile, codecs={**profile.codecs, **codecs})
+        return InSitu(profile, f"{path} ({doc['profile']['source']})", doc["provenance"],
+                      path)
     if not measure:
         rate, flows, nodes = placement(cfg)
         raise ConfigError(
