@@ -444,3 +444,28 @@ def test_a_changed_reduce_to_owner_is_written_in_the_global_package(tmp_path):
     assert path.read_text().startswith("# @package _global_\n")
     data, _ = load_scheme(path, cfg)
     assert data["zero"] == {"reduce_to_owner": True}
+
+
+@pytest.mark.parametrize("owner", [False, True])
+def test_the_chosen_config_runs_as_a_compression_option(tmp_path, monkeypatch, owner):
+    """Written into (a copy of) configs/compression/, `compression=tuned_<exp>` composes the
+    scheme, zero.reduce_to_owner included, and passes every rule."""
+    import shutil
+
+    from neoxlab.commands.check import check
+    from neoxlab.config import compose
+
+    configs = tmp_path / "configs"
+    shutil.copytree(compose.CONFIG_DIR, configs)
+    monkeypatch.setattr(compose, "CONFIG_DIR", configs)
+    cfg = local(f"tune.config_dir={configs / 'compression'}")
+    dp = Candidate("dp", "int8", reduce_to_owner=owner, allreduce=None if owner else "auto")
+    scheme = Scheme("x", {"dp": dp, "tp": Candidate("tp", "zfp:rate=12", allreduce="auto")})
+    write_config(cfg, outcome_for(cfg, scheme), tmp_path)
+    ran = compose.compose_experiment("tune_local", ["task=train", "compression=tuned_tune_local"])
+    check(ran)
+    meant = apply(cfg, Scheme("tuned_tune_local", scheme.parts)).compression
+    assert ran.compression.dims == {d: v for d, v in meant.dims.items()
+                                    if v.compressor != "none"}
+    assert (ran.compression.scheme, ran.compression.allreduce) == (meant.scheme, meant.allreduce)
+    assert ran.zero.reduce_to_owner is owner
