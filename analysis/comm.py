@@ -5,7 +5,7 @@
 # communication, compression + decompression, and the rest (compute and waiting), from the
 # run's accounting; communication that overlaps compute is counted as communication.
 # Completed runs at one GPU count (the one with the most schemes accounted).
-# experiments: * !flover_*
+# experiments: * !flover_* !tune_*
 # outputs: figures/{exp}.comm.png, figures/{exp}.comm.pdf
 
 # %%

@@ -3,7 +3,7 @@
 # Raw training loss (thin) and its debiased exponential moving average (thick), one colour
 # per scheme, the uncompressed baseline drawn on top. Runs that did not complete are dotted
 # and say so in the legend. One panel per GPU count.
-# experiments: * !flover_*
+# experiments: * !flover_* !tune_*
 # outputs: figures/{exp}.loss.png, figures/{exp}.loss.pdf
 
 # %%

@@ -4,7 +4,7 @@
 # runs) with the gain over the uncompressed baseline at the same GPU count, and the final
 # loss with its difference to the baseline's. Every number comes from the compare table
 # that `make collect` wrote; runs left out of it are listed under the table with their status.
-# experiments: * !flover_* !emulated_sweep
+# experiments: * !flover_* !emulated_sweep !tune_*
 # outputs: tables/{exp}.summary.md, tables/{exp}.summary.tex
 
 # %%

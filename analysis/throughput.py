@@ -2,7 +2,7 @@
 # # Throughput per scheme against GPU count
 # TFLOPS/GPU and samples/s (medians over steady steps, completed runs only), with the gain
 # over the uncompressed baseline at the same GPU count written on each bar.
-# experiments: * !flover_* !emulated_sweep
+# experiments: * !flover_* !emulated_sweep !tune_*
 # outputs: figures/{exp}.throughput.png, figures/{exp}.throughput.pdf
 
 # %%

@@ -22,8 +22,8 @@ def test_experiment_plans_without_launching(name, results_dir):
     assert code == 0
     cfg = compose_experiment(name)
     members = cfg.runs or [name]  # a comparison plans each member
-    predicted = cfg.task.name == "predict"  # run dirs of predictions live apart
-    root = results_dir / "predictions" if predicted else results_dir
+    predicted = cfg.task.name == "predict"  # run dirs of predictions and tunes live apart
+    root = results_dir / {"predict": "predictions", "tune": "tune"}.get(cfg.task.name, "")
     for member in members:
         (run_dir,) = (root / member).iterdir()
         status = json.loads((run_dir / "status.json").read_text())

@@ -32,7 +32,7 @@ LAYERS: dict[str, int] = {
     "neoxlab.engines.registry": 4,
     # 5: task programs, results and the performance model (they ask the engine registry)
     "neoxlab.serve": 5, "neoxlab.results": 5, "neoxlab.perfmodel": 5, "neoxlab.omb.task": 5,
-    "neoxlab.emulated.model": 5,
+    "neoxlab.emulated.model": 5, "neoxlab.tune": 5,
     # 6: the task registry
     "neoxlab.tasks": 6,
     # 7: launching and scheduling

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from neoxlab.comm.capture import Capture
 from neoxlab.comm.classify import Classifier, Grid
 from neoxlab.comm.patch import CompressionPatch
 from neoxlab.comm.policy import GROUP_OF, build_policies, library_label, mpi_environment
@@ -47,8 +48,12 @@ def install_for_run(cfg: Config, layout: Layout) -> CompressionPatch | None:
     on_mpi = {g for g, b in cfg.engine.group_backends.items() if b == "mpi"}
     library = {dim: label for dim, group in GROUP_OF.items()
                if label is not None and group in on_mpi}
-    return CompressionPatch(policies, classifier, c.allreduce, strict_from_env(),
-                            library=library).install()
+    patch = CompressionPatch(policies, classifier, c.allreduce, strict_from_env(),
+                             library=library).install()
+    t = cfg.tune
+    if t.capture_tensors > 0:  # task=tune's capture run: messages for its codec proxy
+        patch.capture = Capture(t.capture_tensors, t.capture_max_numel, t.min_bytes)
+    return patch
 
 
 def require_compressing_library(switches: dict[str, str]) -> None:

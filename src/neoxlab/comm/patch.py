@@ -65,6 +65,7 @@ class CompressionPatch:
         self._plain_calls: dict[tuple[str, str], int] = {}
         self.installed: list[tuple[object, str, object]] = []
         self.side = SideStreams()  # CUDA: compressed collectives overlap the caller's stream
+        self.capture = None  # a comm.capture.Capture keeps messages for task=tune's proxy
 
     # ---- training-loop hooks and checkpoint state ----------------------------------------
     def begin_step(self, loss_scale: float | None = None) -> None:
@@ -166,6 +167,8 @@ class CompressionPatch:
             group_size = len(ranks)
             members = tuple(sorted(ranks))
         policy = self.policies.get(dim)
+        if self.capture is not None and group_size > 1 and _sum_op(name, a):
+            self.capture.offer(dim, name, tensor)
         nbytes = tensor.numel() * tensor.element_size() if tensor is not None else 0
         compress = (
             policy is not None and policy.active and name in COMPRESSIBLE

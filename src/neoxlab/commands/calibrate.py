@@ -22,6 +22,13 @@ measured during them, so the profile holds values for a core of one's own.
 
 Output: <results>/calibration/local.json: {"profile": {...}, "measured": {...}}; the local
 cluster profile names that file, so local predictions use it.
+
+    python -m neoxlab.commands.calibrate --insitu experiment=<name> [overrides]
+
+measures an experiment's in-situ profile instead (neoxlab.tune.insitu: on the emulated
+cluster, omb sweeps inside it at the experiment's uplink rate and placement, and every codec
+of tune.codecs timed here), cached under <results>/calibration/insitu/ for task=predict and
+task=tune.
 """
 
 from __future__ import annotations
@@ -29,25 +36,24 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
-from neoxlab.compress import make_compressor
 from neoxlab.config import Config, ConfigError
 from neoxlab.config.compose import compose_experiment
-from neoxlab.config.profile import CodecProfile, PerfProfile
+from neoxlab.config.profile import PerfProfile
 from neoxlab.files import REPO_ROOT, now
 from neoxlab.launch.local import mpiexec_path
 from neoxlab.layout import resolve_layout
 from neoxlab.perfmodel.fit import fit_alpha_beta, nonnegative_lstsq
 from neoxlab.perfmodel.predict import _predict
-from neoxlab.perfmodel.stretch import Sampler, during_steps, this_thread
+from neoxlab.perfmodel.stretch import Sampler, during_steps
 from neoxlab.run import rundir
+from neoxlab.tune import insitu
+from neoxlab.tune.codec_timing import measure_codec
 
 # The calibration runs (neox_small, data parallel on 4 ranks, overrides of experiment
 # local_3d): micro-batches of 1 and 4 sequences separate the FLOP rate from the per-layer
@@ -90,55 +96,6 @@ def omb_sweep(benchmark: str, backend: str, ranks: int, timeout: float = 300
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
     start = proc.stdout.index("{")
     return json.loads(proc.stdout[start:])["rows"], sampler.between() or 1.0
-
-
-def _median_time(fn, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
-def measure_codec(spec: str, small: int = 4096, large: int = 1 << 20, repeats: int = 7
-                  ) -> tuple[CodecProfile, dict]:
-    """Throughput from the large message, per-call cost from the small one (fp32 values),
-    scaled to a core of its own by this thread's stretch while timing."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    codec = make_compressor(spec)
-    try:
-        with this_thread() as seen:
-            points = {n: _time_codec(codec, n, repeats) for n in (small, large)}
-    finally:
-        torch.set_num_threads(threads)
-    (enc_s, dec_s, _), (enc_l, dec_l, ratio) = points[small], points[large]
-    span = large - small
-    enc_gbs = span / max(enc_l - enc_s, 1e-9) / 1e9
-    dec_gbs = span / max(dec_l - dec_s, 1e-9) / 1e9
-    call = max(0.0, (enc_s - small / (enc_gbs * 1e9) + dec_s - small / (dec_gbs * 1e9)) / 2)
-    k = seen[0] or 1.0
-    profile = CodecProfile(encode_gbs=enc_gbs * k, decode_gbs=dec_gbs * k,
-                           call_us=call * 1e6 / k,
-                           ratio=round(ratio, 4) if codec.lossless else None)
-    raw = {"spec": spec, "sizes": [small, large], "stretch": k,
-           "encode_s": [enc_s, enc_l], "decode_s": [dec_s, dec_l], "ratio_large": ratio}
-    return profile, raw
-
-
-def _time_codec(codec, nbytes: int, repeats: int) -> tuple[float, float, float]:
-    """(encode s, decode s, ratio) of gradient-like fp32 values (seeded)."""
-    import torch
-
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(nbytes // 4, generator=gen) * 1e-3
-    buf = codec.encode(x)
-    return (_median_time(lambda: codec.encode(x), repeats),
-            _median_time(lambda: codec.decode(buf), repeats), x.nbytes / buf.numel())
 
 
 FIT_PARAMS = ("inv_rate", "layer_overhead_us", "step_overhead_us")
@@ -300,7 +257,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-runs", action="store_true",
                         help="links and codecs only; keep the profile's compute values")
     parser.add_argument("--cluster", default="local", help="cluster config to start from")
+    parser.add_argument("--insitu", nargs=argparse.REMAINDER, metavar="experiment=NAME",
+                        help="measure an experiment's in-situ profile (experiment=<name> "
+                             "and its overrides follow)")
     args = parser.parse_args(argv)
+    if args.insitu is not None:
+        return measure_insitu(args.insitu)
     cfg = compose_experiment("local_3d", [f"cluster={args.cluster}",
                                           f"launch.results_dir={args.results}"])
     if cfg.cluster.profile is None:
@@ -320,6 +282,22 @@ def main(argv: list[str] | None = None) -> int:
     path = write(doc, args.results / (cfg.cluster.profile.calibration or DEFAULT_CALIBRATION))
     print(json.dumps(doc["profile"], indent=2))
     print(f"calibration written to {path}")
+    return 0
+
+
+def measure_insitu(args: list[str]) -> int:
+    """The in-situ profile of `experiment=<name> [overrides]`, measured and cached."""
+    names = [a.split("=", 1)[1] for a in args if a.startswith("experiment=")]
+    if len(names) != 1:
+        print("error: --insitu needs experiment=<name> (then its overrides)", file=sys.stderr)
+        return 2
+    try:
+        cfg = compose_experiment(names[0], [a for a in args if not a.startswith("experiment=")])
+        found = insitu.resolve(cfg, measure=True, specs=cfg.tune.codecs, fresh=True)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"in-situ profile: {found.origin}")
     return 0
 
 

@@ -21,6 +21,7 @@ from neoxlab.config.schema import (
     ServeConfig,
     TaskConfig,
     TrainConfig,
+    TuneConfig,
     ZeroConfig,
     from_dict,
     to_dict,
@@ -31,6 +32,7 @@ __all__ = [
     "COMPRESSIBLE_DIMS", "DIMS", "Dim",
     "ClusterConfig", "CompressionConfig", "Config", "ConfigError", "DataConfig",
     "DimCompressionConfig", "EngineConfig", "LaunchConfig", "LoggerConfig", "OmbConfig",
-    "ModelConfig", "ParallelConfig", "ServeConfig", "TaskConfig", "TrainConfig", "ZeroConfig",
+    "ModelConfig", "ParallelConfig", "ServeConfig", "TaskConfig", "TrainConfig", "TuneConfig",
+    "ZeroConfig",
     "from_dict", "to_dict", "to_structured",
 ]

@@ -34,7 +34,7 @@ COMPRESSIBLE_DIMS = tuple(d.value for d in Dim if d is not Dim.OTHER)
 
 @dataclass
 class TaskConfig:
-    name: str = "train"  # train | omb | serve | predict
+    name: str = "train"  # train | omb | serve | predict | tune
 
 
 @dataclass
@@ -269,6 +269,51 @@ class ServeConfig:
     native_attention: bool = True
 
 
+# codecs task=tune tries on every compressible dimension, as compressor specs
+TUNE_CODECS = ("none", "zfp:rate=4", "zfp:rate=6", "zfp:rate=8", "zfp:rate=12", "zfp:rate=16",
+               "zfp:rate=24", "mpc", "fp16", "bf16", "int8", "int4")
+
+
+@dataclass
+class TuneConfig:
+    """task=tune: which compression per parallel dimension, chosen by the performance model
+    under a loss guard (src/neoxlab/tune, docs/tune.md). The run it guards is this config's
+    own (train.steps steps with the chosen scheme)."""
+
+    dims: list[str] = field(default_factory=lambda: ["tp", "pp", "dp", "zero"])
+    codecs: list[str] = field(default_factory=lambda: list(TUNE_CODECS))
+    allreduce: list[str] = field(default_factory=lambda: ["auto", "alltoall", "allgather"])
+    reduce_to_owner: list[bool] = field(default_factory=lambda: [False, True])
+    error_feedback: list[bool] = field(default_factory=lambda: [False, True])
+    min_bytes: int = 4096  # the tuned scheme's min_bytes on every dimension
+    # a dimension stays compressed only where its predicted saving exceeds margin x the
+    # terms the choice trades (its communication before and after, plus its codecs)
+    margin: float = 0.20
+    margin_source: str = ("local model validation: six layouts within 20 % on an idle machine "
+                          "(docs/measurements/2026-11-30-perfmodel-validation.md)")
+    # stage (a): relative error ||x - x'|| / ||x|| a codec may cause on a dimension's tensors
+    error_budget: dict[str, float] = field(default_factory=lambda: {
+        "tp": 0.032, "pp": 0.032, "dp": 0.032, "zero": 0.032})
+    budget_source: str = ("ZFP rate 8 on every dimension kept neox_small's loss in the "
+                          "baseline's seed band (docs/measurements/2026-12-02-loss-study.md); "
+                          "8 x 2^-8 = 0.031 bounds rate 8's relative error (compress/zfp.py)")
+    measure: bool = True  # false: predicted only (no capture, no probes; proxy on synthetic data)
+    capture_tensors: int = 0  # > 0: the compression patch saves this many tensors per dimension
+    capture_max_numel: int = 1 << 18  # a captured tensor's first elements kept
+    warmup_steps: int = 4  # the shared checkpoint's step (the capture run's length)
+    probe_steps: int = 8  # steps each probe trains after the shared checkpoint
+    noise_seeds: int = 1  # baselines with other train.seed values, from scratch: seed noise
+    noise_factor: float = 0.5  # a probe fails when it deviates > this x the seed noise
+    probe_share: float = 0.10  # the probes' cost cap, as a share of the guarded run
+    top_per_dim: int = 2  # candidates per dimension combined into schemes
+    finalists: int = 3  # schemes probed at most
+    # fixed schemes (configs/compression/<name>.yaml) predicted beside the pick
+    compare: list[str] = field(default_factory=lambda: ["none", "naive", "zhybrid",
+                                                        "mzhybrid"])
+    config_dir: str = "configs/compression"  # where the chosen scheme's YAML goes (repo-relative)
+    run_timeout_s: int = 1800  # one capture or probe run
+
+
 @dataclass
 class Config:
     experiment: str = "local_3d"
@@ -287,6 +332,7 @@ class Config:
     omb: OmbConfig = field(default_factory=OmbConfig)
     launch: LaunchConfig = field(default_factory=LaunchConfig)
     serve: ServeConfig = field(default_factory=ServeConfig)
+    tune: TuneConfig = field(default_factory=TuneConfig)
 
 
 class ConfigError(ValueError):

@@ -22,10 +22,10 @@ from neoxlab.layout import resolve_layout
 from neoxlab.perfmodel import prediction_tables as report
 from neoxlab.perfmodel import sensitivity_report
 from neoxlab.perfmodel.predict import Prediction, predict
-from neoxlab.perfmodel.resolve import resolve_profile
 from neoxlab.results import figures
 from neoxlab.results.tables import write_table
 from neoxlab.run import rundir
+from neoxlab.tune import insitu
 
 PREDICTIONS_DIR = "predictions"  # under launch.results_dir; `make collect` skips it
 
@@ -33,7 +33,7 @@ PREDICTIONS_DIR = "predictions"  # under launch.results_dir; `make collect` skip
 def run_predict(cfg: Config, configs: list[Config], argv: list[str]) -> int:
     """The members (checked by the caller, commands/check.py) each given a profile before
     anything is written; then predicted, tabled and drawn."""
-    resolved = [resolve_profile(member) for member in configs]
+    resolved = [insitu.resolve(member) for member in configs]
     preds = [predict(m, r.profile, r.origin) for m, r in zip(configs, resolved, strict=True)]
     results = Path(cfg.launch.results_dir)
     for member, pred in zip(configs, preds, strict=True):

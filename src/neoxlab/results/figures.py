@@ -158,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: {reason}: collecting first", flush=True)
             collect.collect(name, args.results)
     books = notebooks(args.analysis)
-    ran = {n for n in names if (tables / f"{n}.runs.parquet").exists()}
+    # runs collected, or tables a task wrote itself (task=tune: <exp>.tune.parquet)
+    ran = {n for n in names if any(tables.glob(f"{n}.*.parquet"))}
     missing = [n for n in names if n not in ran and not any(
         applies_to(b, n) and not needs_runs(b) for b in books)]
     if not names or missing:

@@ -26,7 +26,7 @@ from neoxlab.results.load import COMM_FIELDS, STEP_FIELDS, Malformed, Run, find_
 from neoxlab.results.serve import POLICY_FIELDS, REQUEST_FIELDS
 
 BASELINE = "none"
-NOT_EXPERIMENTS = {"tables", "figures", "predictions", "calibration"}
+NOT_EXPERIMENTS = {"tables", "figures", "predictions", "calibration", "tune"}
 CONTEXT = ["model", "gpus"]  # what must match for two schemes to be compared
 
 

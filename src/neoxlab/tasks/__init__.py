@@ -18,6 +18,7 @@ from neoxlab.layout import Layout
 from neoxlab.omb import task as omb
 from neoxlab.perfmodel import task as predict
 from neoxlab.serve.rules import validate_serve
+from neoxlab.tune import task as tune
 
 Rules = Callable[[Config, int], list[str]]  # (config, world size) -> every violated rule
 
@@ -57,4 +58,5 @@ TASKS: dict[str, Task] = {
     "omb": Task(rules=omb.rules, rank_module="neoxlab.omb.task"),
     "predict": Task(rules=_no_rules, run=predict.run_predict,
                     member_overrides=("task=predict",)),
+    "tune": Task(rules=tune.rules, run=tune.run_tune, table="tune.md"),
 }

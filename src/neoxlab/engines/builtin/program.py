@@ -240,6 +240,8 @@ def finish(runner: StepRunner, patch, run_dir: Path, rank: int, layout: Layout,
               flush=True)
     if patch is not None:
         write_rank_rows(run_dir, rank, patch.accountant)
+        if patch.capture is not None:
+            patch.capture.save(run_dir, rank)
     torch.distributed.barrier()
     if patch is not None and rank == 0:
         print(format_totals(merge(run_dir, layout.world_size)), file=terminal, flush=True)

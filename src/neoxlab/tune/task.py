@@ -1,0 +1,291 @@
+"""task=tune: the tuner's run hook (tasks/__init__.py) and its rules.
+
+    make run EXP=<experiment> task=tune [overrides]
+
+A run dir under <results>/tune/<exp>/ holds the frozen config, the profile used
+(profile.json), every real run it made (runs/), tune.json and the chosen scheme's YAML;
+the table goes to <results>/tables/<exp>.tune.* and the figure to
+<results>/figures/<exp>.tune.*. launch.submit=false plans the run dir and stops there.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+from neoxlab.comm import capture
+from neoxlab.compress import make_compressor
+from neoxlab.config import Config, ConfigError
+from neoxlab.emulated.wire import accounted_between_nodes, payload_bytes
+from neoxlab.engines.registry import engine_of
+from neoxlab.layout import Layout, resolve_layout
+from neoxlab.results import figures
+from neoxlab.run import rundir
+from neoxlab.tune import guard, insitu, proxy
+from neoxlab.tune.candidates import (
+    Scheme,
+    active_dims,
+    dim_dtype,
+    enumerate_candidates,
+    overrides,
+    without_scheme,
+)
+from neoxlab.tune.choose import Scored, combine, predict_fixed, score_candidates
+from neoxlab.tune.guard import Verdict
+from neoxlab.tune.probe import Budget, Run, Runner, estimate_s
+from neoxlab.tune.report import Outcome, table, write_config, write_tables
+
+TUNE_DIR = "tune"  # under launch.results_dir; `make collect` skips it
+OWN_KEYS = ("experiment=", "task=", "launch.results_dir=", "launch.submit=")
+
+
+def rules(cfg: Config, world: int) -> list[str]:
+    """What a tune needs before anything starts."""
+    t, errors = cfg.tune, []
+    if cfg.runs:
+        errors.append("task=tune tunes one experiment, not a comparison (runs: [...]); name "
+                      "one of its members")
+    unknown = sorted(set(t.dims) - {"tp", "pp", "dp", "zero"})
+    if unknown:
+        errors.append(f"tune.dims has {unknown}; compressible dimensions are tp, pp, dp, zero "
+                      "(control traffic is never compressed)")
+    for spec in t.codecs:
+        try:
+            make_compressor(spec)
+        except ValueError as exc:
+            errors.append(f"tune.codecs: {exc}")
+    bad = sorted(set(t.allreduce) - {"auto", "alltoall", "allgather"})
+    if bad:
+        errors.append(f"tune.allreduce has {bad}; use auto, alltoall or allgather")
+    if not 0.0 <= t.margin < 1.0:
+        errors.append(f"tune.margin={t.margin} is a fraction of the traded terms; use [0, 1)")
+    if not 0.0 < t.probe_share <= 1.0:
+        errors.append(f"tune.probe_share={t.probe_share} is a share of the guarded run; use "
+                      "(0, 1]")
+    if any(not b > 0 for b in t.error_budget.values()):
+        errors.append(f"tune.error_budget={dict(t.error_budget)}: every budget must be > 0")
+    if t.measure:
+        if not engine_of(cfg).checkpoints:
+            errors.append("tune.measure=true with this engine: the capture and "
+                          "probe runs need the builtin engine's checkpoints and capture; use "
+                          "engine=builtin or tune.measure=false (predicted only)")
+        if t.warmup_steps < 1 or t.probe_steps < 2:
+            errors.append(f"tune.warmup_steps={t.warmup_steps} and tune.probe_steps="
+                          f"{t.probe_steps}: need >= 1 and >= 2")
+        if cfg.cluster.scheduler != "local" and cfg.cluster.emulated is None:
+            errors.append(f"tune.measure=true on cluster '{cfg.cluster.name}' "
+                          f"({cfg.cluster.scheduler}): its runs start on this machine; run "
+                          "the tuner on the cluster, or tune.measure=false (predicted only)")
+    return errors
+
+
+def run_tune(cfg: Config, configs: list[Config], argv: list[str]) -> int:
+    """Tune the (checked) experiment; the outputs' paths are printed."""
+    layout = resolve_layout(cfg)
+    results = Path(cfg.launch.results_dir)
+    run_dir = rundir.freeze(cfg, layout, argv, root=results / TUNE_DIR)
+    print(f"[neoxlab] tune run dir: {run_dir}", flush=True)
+    if not cfg.launch.submit:
+        print("[neoxlab] launch.submit=false: validated and planned, nothing measured",
+              flush=True)
+        return 0
+    rundir.set_status(run_dir, rundir.State.RUNNING)
+    start = time.perf_counter()
+    try:
+        out = tune(cfg, layout, run_dir, user_overrides(argv))
+    except (ConfigError, RuntimeError) as exc:
+        rundir.set_status(run_dir, rundir.State.FAILED, error=str(exc))
+        raise ConfigError(str(exc)) from None
+    out.cost_s["total"] = time.perf_counter() - start
+    paths = write_tables(table(cfg, out), out, results / "tables")
+    config = write_config(cfg, out, run_dir)
+    rundir.write_json(run_dir / "tune.json", {
+        "chosen": out.chosen.scheme.label, "config": str(config), "cost_s": out.cost_s,
+        "notes": out.notes, "profile": out.profile_origin, "proxy_tensors": out.proxy_source,
+        "baseline_step_s": out.base.step_s, "chosen_step_s": out.chosen.step_s})
+    rundir.set_status(run_dir, rundir.State.COMPLETED)
+    print(paths[2].read_text(), flush=True)
+    print(f"[neoxlab] chosen scheme: {config} (make run EXP={cfg.experiment} task=train "
+          f"compression={config.stem})", flush=True)
+    print(f"[neoxlab] table: {paths[0].with_suffix('')}.{{parquet,csv,md}}; tuner wall time "
+          f"{out.cost_s['total']:.1f} s", flush=True)
+    return draw_figure(cfg.experiment, results)
+
+
+def user_overrides(argv: list[str]) -> list[str]:
+    """The command line's overrides, for the tuner's own runs of the experiment."""
+    args = argv[3:] if argv[:3] == ["python", "-m", "neoxlab"] else argv
+    return without_scheme([a for a in args if not a.startswith(OWN_KEYS)
+                           and not a.startswith("tune.")])
+
+
+def tune(cfg: Config, layout: Layout, run_dir: Path, user: list[str]) -> Outcome:
+    t, cost, notes = cfg.tune, {}, []
+    clock = time.perf_counter()
+    measure = t.measure
+    found = insitu.resolve(cfg, measure=measure or insitu.runs_here(cfg), specs=t.codecs)
+    insitu.write_into(run_dir, found)
+    cost["profile"], clock = _lap(clock)
+    candidates, excluded = enumerate_candidates(cfg, layout)
+    base, scored = score_candidates(cfg, candidates, found.profile, found.origin)
+    fixed = predict_fixed(cfg, t.compare, found.profile, found.origin)
+    cost["predict"], clock = _lap(clock)
+
+    runner = Runner(cfg.experiment, user, run_dir, t.run_timeout_s)
+    baseline: Run | None = None
+    if measure:  # stage (a): the baseline run captures every dimension's first messages
+        baseline = runner.train("baseline", _baseline_args(cfg))
+        cost["baseline_run"], clock = _lap(clock)
+        problems = _run_problems(cfg, layout, baseline, Scheme("none"))
+        if baseline.error or problems:
+            why = "; ".join([baseline.error, *problems] if baseline.error else problems)
+            raise RuntimeError(f"the tuner's baseline run failed: {why}")
+        tensors = capture.load(baseline.run_dir)
+        source = f"captured from the baseline run's own collectives ({baseline.run_dir})"
+    else:
+        by_dtype: dict = {}  # one set of stand-ins per dtype, coded once
+        tensors = {d: by_dtype.setdefault(dim_dtype(cfg, d), proxy.synthetic(dim_dtype(cfg, d)))
+                   for d, idle in active_dims(cfg, layout).items() if idle is None}
+        source = "seeded Gaussian stand-ins (tune.measure=false: no capture on this cluster)"
+    specs = sorted({c.codec for c in candidates})
+    errors = proxy.errors(specs, {d: tensors.get(d, []) for d in {c.dim for c in candidates}})
+    verdicts = {(c.dim, c.codec): guard.proxy_verdict(
+        errors.get((c.dim, c.codec)), t.error_budget.get(c.dim, math.inf),
+        make_compressor(c.codec).lossless) for c in candidates}
+    cost["proxy"], clock = _lap(clock)
+
+    schemes = combine(cfg, scored, lambda c: verdicts[(c.dim, c.codec)].ok, found.profile,
+                      found.origin, base)
+    finalists = [s for s in schemes if s.scheme.parts and s.clears_margin][:t.finalists]
+    scheme_verdicts: dict[str, Verdict] = {}
+    probes: dict[str, tuple[float, float]] = {}
+    chosen = base
+    if finalists and baseline is not None:
+        chosen = _stage_b(cfg, layout, runner, baseline, base, finalists, scheme_verdicts,
+                          probes, notes, cost)
+    elif finalists:
+        chosen = finalists[0]
+        scheme_verdicts[chosen.scheme.label] = Verdict(
+            True, "stage (a) only: predicted-only tune (tune.measure=false), no probe run")
+    if chosen is base:
+        notes.append("no scheme clears the margin and the guard: the baseline stays")
+    return Outcome(cfg.experiment, base, scored, excluded, errors, verdicts, source, schemes,
+                   scheme_verdicts, probes, chosen, cost, fixed, notes, found.origin)
+
+
+def _lap(clock: float) -> tuple[float, float]:
+    now = time.perf_counter()
+    return now - clock, now
+
+
+def _baseline_args(cfg: Config) -> list[str]:
+    """Uncompressed, warm-up + probe steps, the shared checkpoint after the warm-up, the
+    first messages of every dimension captured."""
+    t = cfg.tune
+    steps = t.warmup_steps + t.probe_steps
+    return [*overrides(cfg, Scheme("none")), f"train.steps={steps}",
+            f"train.checkpoint_every={t.warmup_steps}",
+            f"train.keep_checkpoints={steps // t.warmup_steps + 1}",
+            f"tune.capture_tensors={max(1, t.capture_tensors or 4)}",
+            f"train.metrics_warmup_steps={min(cfg.train.metrics_warmup_steps, steps - 1)}"]
+
+
+def _stage_b(cfg: Config, layout: Layout, runner: Runner, baseline: Run, base: Scored,
+             finalists: list[Scored], verdicts: dict[str, Verdict],
+             probes: dict[str, tuple[float, float]], notes: list[str], cost: dict
+             ) -> Scored:
+    """Noise runs, then the finalists fastest first, within the cap; the first that passes."""
+    t = cfg.tune
+    steps = t.warmup_steps + t.probe_steps
+    window = list(range(t.warmup_steps + 1, steps + 1))
+    ratio = {s.scheme.label: s.step_s / base.step_s for s in finalists}
+    guarded = cfg.train.steps * baseline.step_s * ratio[finalists[0].scheme.label]
+    budget = Budget(t.probe_share * guarded)
+    noise_runs = []
+    for i in range(1, t.noise_seeds + 1):
+        if not budget.fits(estimate_s(baseline, steps, 1.0)):
+            break
+        run = runner.train(f"noise_seed{cfg.train.seed + i}",
+                           [*overrides(cfg, Scheme("none")), f"train.steps={steps}",
+                            f"train.seed={cfg.train.seed + i}"])
+        budget.spend(run.wall_s)
+        if not run.error and not guard.sanity(run.records):
+            noise_runs.append(run)
+    cost["noise_runs"] = budget.spent_s
+    threshold = guard.noise_threshold(baseline.losses, [r.losses for r in noise_runs], window,
+                                      t.noise_factor)
+    if not noise_runs:
+        notes.append(f"stage (b) not run: a noise run does not fit the probe cap "
+                     f"({budget.cap_s:.0f} s = {t.probe_share:.0%} of the guarded run's "
+                     f"{guarded:.0f} s); chosen on stage (a) alone")
+        chosen = finalists[0]
+        verdicts[chosen.scheme.label] = Verdict(True, "stage (a) only: probes over the cap")
+        return chosen
+    checkpoint = baseline.run_dir / "checkpoints" / f"step{t.warmup_steps}"
+    chosen = base
+    for s in finalists:
+        label = s.scheme.label
+        if not budget.fits(estimate_s(baseline, t.probe_steps, ratio[label])):
+            verdicts[label] = Verdict(False, f"not probed: over the cap ({budget.cap_s:.0f} s)")
+            continue
+        name = f"probe{len(probes) + 1}"
+        run = runner.from_checkpoint(name, checkpoint, [*overrides(cfg, s.scheme),
+                                                        f"train.steps={steps}"])
+        budget.spend(run.wall_s)
+        problems = ([run.error] if run.error else []) + _run_problems(cfg, layout, run,
+                                                                      s.scheme)
+        verdict, dev = guard.probe_verdict(run.losses, baseline.losses, window, threshold)
+        probes[label] = (dev, threshold)
+        if problems:
+            verdict = Verdict(False, "silent failure: " + "; ".join(problems))
+        verdicts[label] = verdict
+        if verdict.ok:
+            chosen = s
+            break
+    cost["probes"] = budget.spent_s - cost["noise_runs"]
+    notes.append(f"probe cap {budget.cap_s:.0f} s ({t.probe_share:.0%} of the guarded run's "
+                 f"{guarded:.0f} s, estimated); noise runs and probes spent "
+                 f"{budget.spent_s:.0f} s")
+    return chosen
+
+
+def _run_problems(cfg: Config, layout: Layout, run: Run, scheme: Scheme) -> list[str]:
+    """Silent failures of one run: its metrics, its bytes on the wire, its uplinks."""
+    if run.run_dir is None:
+        return ["no run dir"]
+    problems = guard.sanity(run.records)
+    active = [d for d, idle in active_dims(cfg, layout).items() if idle is None]
+    meant = {}
+    for dim in active:
+        part = scheme.parts.get(dim)
+        shrinks = part is not None and part.compressed and make_compressor(
+            part.codec).shrinks(dim_dtype(cfg, dim)) is not False
+        meant[dim] = shrinks
+    problems += guard.wire_problems(run.comm_totals(), meant)
+    network = run.run_dir / "network.json"
+    if network.exists():  # the emulated cluster: what its uplinks carried
+        groups = run.run_dir / "comm_groups.jsonl"
+        rows = [json.loads(line) for line in groups.read_text().splitlines() if line]
+        per_node = cfg.cluster.ranks_per_node
+        accounted = accounted_between_nodes(rows, lambda r: r // per_node)
+        uplinks = rundir.read_json(network)["uplinks"]
+        carried = sum(payload_bytes(c, "tx") for c in uplinks.values())
+        problems += guard.uplink_problems(carried, accounted)
+    return problems
+
+
+def draw_figure(exp: str, results: Path) -> int:
+    """analysis/tune.py headless, as `make figures EXP=<exp>` runs it."""
+    notebook = figures.ANALYSIS / "tune.py"
+    os.environ.update(figures.environment(exp, results))
+    outcome = figures.execute(notebook, exp, results)
+    if outcome.error:
+        print(f"[neoxlab] figure failed: {notebook.name}: {outcome.error}", file=sys.stderr)
+        return 1
+    print(f"[neoxlab] figure: {', '.join(str(p) for p in outcome.outputs)}", flush=True)
+    return 0
+

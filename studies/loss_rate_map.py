@@ -1,0 +1,187 @@
+"""The loss-vs-rate map: each dimension compressed alone, at ZFP rates 2, 4 and 8 and int4 in
+fp32 and at ZFP rates 4 and 8 in bf16, against the baseline of the same seed and precision
+(experiment loss_rate_map: the loss study's layout, neox_tiny, 150 steps; 3 seeds). It is
+the material of task=tune's error budget: where a dimension's loss starts to leave the seed
+band, and what proxy error (tune/proxy.py, on the baseline runs' captured messages) the
+codec had there.
+
+    .venv/bin/python studies/loss_rate_map.py                   # every run it lacks, then the map
+    .venv/bin/python studies/loss_rate_map.py --seeds 1 --dims tp     # a part of it
+    .venv/bin/python studies/loss_rate_map.py --from-runs             # the map of the runs there
+
+Finished runs (all steps logged, same model and steps) are reused, so a map cut short goes on
+with the runs it lacks, across sessions. Seed by seed, baselines first.
+
+Writes results/tables/loss_rate_map.rate_map.csv (precision, dim, codec: mean |loss - the
+same-seed baseline| over the second half, mean over seeds, the baseline's seed spread over
+the same steps, the proxy error, hurts = deviation > spread) and .curves.csv (every step);
+`make figures EXP=loss_rate_map` draws the map.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+EXP = "loss_rate_map"
+POINTS = {"fp32": ["zfp:rate=2", "zfp:rate=4", "zfp:rate=8", "int4"],
+          "bf16": ["zfp:rate=4", "zfp:rate=8"]}
+DIMS = ("tp", "dp", "zero")  # the layout's dimensions (TP=2 x DP=2, ZeRO-1, no pipeline)
+CAPTURE = 4  # messages per dimension the baselines keep for the proxy
+
+
+def point_args(precision: str, dim: str | None, codec: str | None, seed: int, args) -> list[str]:
+    out = [f"experiment={EXP}", f"train.precision={precision}", f"train.seed={seed}",
+           f"train.steps={args.steps}", f"model={args.model}", "compression=per_dim",
+           f"compression.scheme={'none' if dim is None else scheme_name(dim, codec)}",
+           f"launch.results_dir={args.results}"]
+    if dim is None:
+        return [*out, f"tune.capture_tensors={CAPTURE}"]
+    name, _, params = codec.partition(":")
+    out.append(f"compression.dims.{dim}.compressor={name}")
+    out += [f"+compression.dims.{dim}.params.{p}" for p in filter(None, params.split(","))]
+    return out
+
+
+def scheme_name(dim: str, codec: str) -> str:
+    """'tp-zfp-rate2': a run id's scheme part, free of the override grammar's ':' and '='."""
+    return f"{dim}-" + codec.replace(":", "-").replace("=", "").replace(",", "-")
+
+
+def run(args_: list[str], results: Path) -> Path:
+    before = set(run_dirs(results))
+    proc = subprocess.run([sys.executable, "-m", "neoxlab", *args_], cwd=REPO,
+                          capture_output=True, text=True)
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(args_)} failed ({proc.returncode}):\n"
+                           f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    (new,) = set(run_dirs(results)) - before
+    return new
+
+
+def run_dirs(results: Path) -> list[Path]:
+    root = results / EXP
+    return sorted(root.iterdir()) if root.exists() else []
+
+
+def key_of(cfg: dict) -> tuple[str, str | None, str | None, int]:
+    """(precision, dim, codec spec, seed) of a run's config.json."""
+    dims = {d: v for d, v in cfg["compression"]["dims"].items() if v["compressor"] != "none"}
+    dim, codec = None, None
+    if dims:
+        (dim, v), = dims.items()
+        params = ",".join(f"{k}={p}" for k, p in sorted(v["params"].items()))
+        codec = v["compressor"] + (f":{params}" if params else "")
+    return cfg["train"]["precision"], dim, codec, int(cfg["train"]["seed"])
+
+
+def finished(results: Path, steps: int, model: str) -> dict[tuple, Path]:
+    found = {}
+    for run_dir in run_dirs(results):
+        metrics = run_dir / "metrics.jsonl"
+        if not metrics.exists() or len(metrics.read_text().splitlines()) != steps:
+            continue
+        cfg = json.loads((run_dir / "config.json").read_text())
+        if cfg["model"]["name"] == model:
+            found[key_of(cfg)] = run_dir
+    return found
+
+
+def losses(run_dir: Path) -> np.ndarray:
+    return np.array([json.loads(line)["loss"] for line in
+                     (run_dir / "metrics.jsonl").read_text().splitlines()])
+
+
+def proxy_error(run_dir: Path, dim: str, codec: str) -> float | None:
+    from neoxlab.comm.capture import load
+    from neoxlab.tune.proxy import relative_error
+
+    if not (run_dir / "capture").exists():
+        return None
+    return relative_error(codec, load(run_dir).get(dim, []))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--dims", nargs="+", default=list(DIMS))
+    parser.add_argument("--precisions", nargs="+", default=list(POINTS))
+    parser.add_argument("--codecs", nargs="+", default=None, help="a part of each precision's")
+    parser.add_argument("--steps", type=int, default=150)
+    parser.add_argument("--model", default="neox_tiny")
+    parser.add_argument("--results", type=Path, default=REPO / "results")
+    parser.add_argument("--from-runs", action="store_true", help="no new runs")
+    args = parser.parse_args()
+    args.results = args.results.resolve()
+    points = {p: [c for c in POINTS[p] if args.codecs is None or c in args.codecs]
+              for p in args.precisions}
+    done = finished(args.results, args.steps, args.model)
+    if not args.from_runs:
+        for seed in args.seeds:
+            for precision in args.precisions:
+                todo = [(None, None)] + [(d, c) for d in args.dims for c in points[precision]]
+                for dim, codec in todo:
+                    key = (precision, dim, codec, seed)
+                    if key not in done:
+                        done[key] = run(point_args(precision, dim, codec, seed, args),
+                                        args.results)
+                    print(f"{precision} {dim or 'baseline'} {codec or ''} seed {seed}: "
+                          f"{done[key].name}", flush=True)
+    rows, curves = [], []
+    for precision in args.precisions:
+        bases = {s: losses(done[(precision, None, None, s)]) for s in args.seeds
+                 if (precision, None, None, s) in done}
+        if len(bases) < 2:
+            print(f"{precision}: no map yet (needs 2 or more finished baseline seeds)")
+            continue
+        late = slice(args.steps // 2, args.steps)
+        stack = np.array(list(bases.values()))
+        spread = float(np.mean(np.ptp(stack[:, late], axis=0)))
+        for dim in args.dims:
+            for codec in points[precision]:
+                devs = []
+                for seed, base in bases.items():
+                    run_dir = done.get((precision, dim, codec, seed))
+                    if run_dir is None:
+                        continue
+                    loss = losses(run_dir)
+                    devs.append(float(np.mean(np.abs(loss[late] - base[late]))))
+                    curves += [{"precision": precision, "dim": dim, "codec": codec,
+                                "seed": seed, "step": i + 1, "loss": float(v),
+                                "baseline": float(b)} for i, (v, b) in
+                               enumerate(zip(loss, base, strict=True))]
+                if not devs:
+                    continue
+                first_base = done[(precision, None, None, min(bases))]
+                err = proxy_error(first_base, dim, codec)
+                rows.append({"precision": precision, "dim": dim, "codec": codec,
+                             "seeds": len(devs), "deviation": float(np.mean(devs)),
+                             "seed_spread": spread, "proxy_error": err,
+                             "hurts": float(np.mean(devs)) > spread})
+    tables = args.results / "tables"
+    tables.mkdir(parents=True, exist_ok=True)
+    for name, data in (("rate_map", rows), ("curves", curves)):
+        if data:
+            with (tables / f"{EXP}.{name}.csv").open("w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=list(data[0]))
+                writer.writeheader()
+                writer.writerows(data)
+    for r in rows:
+        err = "-" if r["proxy_error"] is None else f"{r['proxy_error']:.3g}"
+        print(f"{r['precision']} {r['dim']:<4} {r['codec']:<11} deviation {r['deviation']:.4f} "
+              f"(seed spread {r['seed_spread']:.4f}, {r['seeds']} seeds) proxy {err}: "
+              f"{'hurts' if r['hurts'] else 'within the seed spread'}")
+    print(f"table: {tables / f'{EXP}.rate_map.csv'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,471 @@
+"""task=tune's logic on small fixtures: the candidates, the margin, the guard's verdicts, the
+probes' orchestration with canned runs, the in-situ profile's cache and the chosen config."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from omegaconf import OmegaConf
+
+from neoxlab.comm.capture import Capture, load
+from neoxlab.comm.compression_rules import validate_compression
+from neoxlab.commands.cli import main
+from neoxlab.compress import make_compressor
+from neoxlab.config import CompressionConfig, ConfigError
+from neoxlab.config.compose import compose_experiment
+from neoxlab.config.profile import CodecProfile, LinkProfile
+from neoxlab.layout import resolve_layout
+from neoxlab.perfmodel.resolve import resolve_profile
+from neoxlab.tune import guard, insitu, proxy
+from neoxlab.tune import task as tune_task
+from neoxlab.tune.candidates import (
+    Candidate,
+    Scheme,
+    apply,
+    enumerate_candidates,
+    overrides,
+    scheme_errors,
+)
+from neoxlab.tune.choose import Scored, combine, eligible, score_candidates
+from neoxlab.tune.probe import Run
+from neoxlab.tune.report import Outcome, write_config
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def local(*extra: str):
+    """tune_local's layout (TP=2 x DP=2, ZeRO-1, fp32) with overrides."""
+    return compose_experiment("tune_local", list(extra))
+
+
+# ---- candidates --------------------------------------------------------------------------
+
+def test_every_codec_on_every_dimension_with_traffic_and_never_control():
+    cfg = local()
+    cands, excluded = enumerate_candidates(cfg, resolve_layout(cfg))
+    by_dim = {d: {c.codec for c in cands if c.dim == d} for d in ("tp", "pp", "dp", "zero")}
+    assert by_dim["tp"] == by_dim["dp"] == by_dim["zero"] == set(cfg.tune.codecs)
+    assert by_dim["pp"] == set()  # pp=1: nothing to compress, and the report says why
+    reasons = {e.dim: e.reason for e in excluded}
+    assert "pp=1" in reasons["pp"] and "never compressed" in reasons["other"]
+    assert not any(c.dim == "other" for c in cands)
+
+
+def test_options_belong_to_their_dimensions():
+    cfg = local()
+    cands, _ = enumerate_candidates(cfg, resolve_layout(cfg))
+    assert all(not c.error_feedback for c in cands if c.dim != "dp")
+    assert all(not make_compressor(c.codec).lossless for c in cands if c.error_feedback)
+    assert {c.reduce_to_owner for c in cands if c.dim == "dp"} == {False, True}
+    assert all(c.reduce_to_owner is None for c in cands if c.dim != "dp")
+    assert {c.allreduce for c in cands if c.dim == "tp" and c.compressed} == {
+        "auto", "alltoall", "allgather"}
+    # a reduce to owners runs no all-reduce; zero and uncompressed dims pick no algorithm
+    assert all(c.allreduce is None for c in cands
+               if c.reduce_to_owner or c.dim == "zero" or not c.compressed)
+
+
+def test_half_precision_leaves_out_codecs_that_cannot_shrink_it():
+    cfg = local("train.precision=bf16")
+    cands, excluded = enumerate_candidates(cfg, resolve_layout(cfg))
+    tp = {c.codec for c in cands if c.dim == "tp"}
+    assert {"zfp:rate=16", "zfp:rate=24", "fp16", "bf16"}.isdisjoint(tp)
+    assert "zfp:rate=12" in tp and "int4" in tp
+    assert any(e.dim == "tp" and e.codec == "bf16" and "cannot shrink" in e.reason
+               for e in excluded)
+
+
+def test_no_reduce_to_owner_without_zero():
+    cfg = local("zero=stage0")
+    cands, excluded = enumerate_candidates(cfg, resolve_layout(cfg))
+    assert not any(c.reduce_to_owner for c in cands)
+    assert not any(c.dim == "zero" for c in cands)
+    assert any(e.dim == "zero" for e in excluded)
+
+
+def test_a_scheme_runs_as_its_overrides_compose_it():
+    cfg = local()
+    scheme = Scheme("t", {
+        "dp": Candidate("dp", "zfp:rate=8", allreduce="alltoall", reduce_to_owner=False,
+                        error_feedback=True),
+        "tp": Candidate("tp", "int8", allreduce="alltoall")})
+    composed = local(*overrides(cfg, scheme))
+    assert composed.compression == apply(cfg, scheme).compression
+    assert validate_compression(composed) == []
+    owner = Scheme("o", {"dp": Candidate("dp", "int8", reduce_to_owner=True)})
+    assert local(*overrides(cfg, owner)).zero.reduce_to_owner is True
+
+
+def test_dimensions_that_disagree_on_the_allreduce_algorithm_are_refused():
+    cfg = local()
+    scheme = Scheme("t", {"dp": Candidate("dp", "int8", allreduce="allgather",
+                                          reduce_to_owner=False),
+                          "tp": Candidate("tp", "int8", allreduce="alltoall")})
+    assert not scheme.consistent()
+    assert any("compression.allreduce" in e for e in scheme_errors(cfg, scheme))
+
+
+# ---- the margin --------------------------------------------------------------------------
+
+def test_the_margin_is_a_share_of_the_terms_a_choice_trades():
+    s = Scored(Scheme("x"), prediction=object(), saving_s=1.0, traded_s=10.0, margin=0.05)
+    assert s.clears_margin and s.threshold_s == pytest.approx(0.5)
+    assert not dataclasses.replace(s, margin=0.2).clears_margin  # 1.0 < 2.0
+    assert not Scored(Scheme("y"), prediction=None, saving_s=5.0, margin=0.0).clears_margin
+
+
+def slow_link_profile(cfg, gbs: float):
+    """The local profile with every link at `gbs` GB/s, and the casts and quantizers at
+    1 GB/s (the YAML profile times zfp and mpc only)."""
+    p = resolve_profile(cfg).profile
+    link = LinkProfile(latency_us=50.0, bandwidth_gbs=gbs)
+    codec = CodecProfile(encode_gbs=1.0, decode_gbs=1.0, call_us=10.0)
+    codecs = {**p.codecs, **{name: codec for name in ("fp16", "bf16", "int8", "int4")}}
+    return dataclasses.replace(p, intra=link, inter=link, shared_cores=False, codecs=codecs)
+
+
+def dp_only(*extra):
+    return local("parallel.tp=1", "cluster.ranks_per_node=2", "tune.codecs=[none,'zfp:rate=8']",
+                 *extra)
+
+
+def test_a_slow_link_lets_compression_clear_the_margin_and_a_fast_one_does_not():
+    cfg = dp_only()
+    cands, _ = enumerate_candidates(cfg, resolve_layout(cfg))
+    slow = slow_link_profile(cfg, 1e-4)  # 100 kB/s: the gradients' wire time dominates
+    _, scored = score_candidates(cfg, cands, slow, "fixture")
+    assert any(s.clears_margin for s in scored if s.candidate.codec == "zfp:rate=8")
+    fast = slow_link_profile(cfg, 1e3)  # 1 TB/s: nothing to save, the codec still costs
+    _, scored = score_candidates(cfg, cands, fast, "fixture")
+    assert not any(s.clears_margin for s in scored if s.candidate.compressed)
+
+
+def test_a_margin_near_one_keeps_every_dimension_uncompressed():
+    cfg = dp_only("tune.margin=0.99")
+    cands, _ = enumerate_candidates(cfg, resolve_layout(cfg))
+    profile = slow_link_profile(cfg, 1e-4)
+    base, scored = score_candidates(cfg, cands, profile, "fixture")
+    # a saving must exceed 0.99 x (comm before + after + codec): more than it can be
+    assert not any(s.clears_margin for s in scored)
+    schemes = combine(cfg, scored, lambda c: True, profile, "fixture", base)
+    assert [s.scheme.label for s in schemes] == ["none"]
+
+
+def test_a_candidate_over_the_error_budget_is_left_out_of_the_schemes():
+    cfg = dp_only()
+    cands, _ = enumerate_candidates(cfg, resolve_layout(cfg))
+    profile = slow_link_profile(cfg, 1e-4)
+    base, scored = score_candidates(cfg, cands, profile, "fixture")
+    errors = {("dp", "zfp:rate=8"): 0.5, ("zero", "zfp:rate=8"): 0.001}
+    verdicts = {k: guard.proxy_verdict(e, 0.032, False) for k, e in errors.items()}
+    passes = lambda c: not c.compressed or verdicts[(c.dim, c.codec)].ok  # noqa: E731
+    assert not any(c.compressed for c in eligible(scored, passes, "dp", 2))
+    schemes = combine(cfg, scored, passes, profile, "fixture", base)
+    assert all("dp" not in s.scheme.parts or not s.scheme.parts["dp"].compressed
+               for s in schemes)
+    assert any("zero" in s.scheme.parts for s in schemes)
+
+
+# ---- stage (a): capture and proxy --------------------------------------------------------
+
+def test_capture_keeps_the_first_messages_a_codec_would_see(tmp_path):
+    cap = Capture(limit=2, max_numel=100, min_bytes=64)
+    cap.offer("dp", "all_reduce", torch.ones(1000))
+    cap.offer("dp", "all_reduce", torch.full((1000,), 2.0))
+    cap.offer("dp", "all_reduce", torch.full((1000,), 3.0))  # over the limit
+    cap.offer("tp", "all_reduce", torch.ones(4))  # under min_bytes
+    cap.offer("tp", "all_reduce", torch.ones(100, dtype=torch.int64))  # not a float
+    cap.offer("tp", "recv", torch.ones(1000))  # a receive buffer holds no message yet
+    cap.save(tmp_path, 0)
+    got = load(tmp_path)
+    assert set(got) == {"dp"}
+    assert [t.numel() for t in got["dp"]] == [100, 100]
+    assert [float(t[0]) for t in got["dp"]] == [1.0, 2.0]
+
+
+def test_the_proxy_orders_codecs_by_the_error_they_cause():
+    x = proxy.synthetic(torch.float32)
+    err = {s: proxy.relative_error(s, x) for s in ("none", "fp16", "int8", "int4",
+                                                   "zfp:rate=4", "zfp:rate=8", "mpc")}
+    assert err["none"] == 0.0 and err["mpc"] == 0.0
+    assert 0 < err["fp16"] < err["int8"] < err["int4"]
+    assert err["zfp:rate=8"] < err["zfp:rate=4"]
+    assert proxy.relative_error("int8", []) is None
+
+
+@pytest.mark.parametrize("error,lossless,ok", [
+    (0.1, False, False), (0.01, False, True), (None, False, False), (None, True, True),
+    (math.nan, False, False)])
+def test_proxy_verdicts(error, lossless, ok):
+    assert guard.proxy_verdict(error, 0.032, lossless).ok is ok
+
+
+# ---- stage (b) and silent failures -------------------------------------------------------
+
+def records(losses, norms=None):
+    norms = norms or [1.0] * len(losses)
+    return [{"step": i + 1, "loss": v, "grad_norm": n, "iteration_s": 0.1}
+            for i, (v, n) in enumerate(zip(losses, norms, strict=True))]
+
+
+def test_sanity_catches_constant_loss_zero_grad_norm_and_nan():
+    assert guard.sanity(records([5.0, 4.9, 4.7])) == []
+    assert "constant loss" in guard.sanity(records([5.0, 5.0, 5.0]))[0]
+    assert "zero gradient norm" in guard.sanity(records([5.0, 4.9], [0.0, 0.0]))[0]
+    assert "not finite" in guard.sanity(records([5.0, math.nan]))[0]
+    assert guard.sanity([]) == ["no step logged"]
+
+
+def test_the_probe_threshold_is_learnt_from_seed_noise():
+    steps = [5, 6, 7, 8]
+    base = {s: 5.0 - 0.1 * s for s in range(1, 9)}
+    other_seed = {s: v + 0.2 for s, v in base.items()}
+    threshold = guard.noise_threshold(base, [other_seed], steps, factor=0.5)
+    assert threshold == pytest.approx(0.1)
+    close = {s: v + 0.02 for s, v in base.items()}
+    far = {s: v + 0.3 for s, v in base.items()}
+    assert guard.probe_verdict(close, base, steps, threshold)[0].ok
+    verdict, dev = guard.probe_verdict(far, base, steps, threshold)
+    assert not verdict.ok and dev == pytest.approx(0.3)
+    assert not guard.probe_verdict(close, base, steps, math.nan)[0].ok
+
+
+def test_bytes_on_the_wire_must_match_what_the_scheme_meant():
+    ok = {"calls": 4, "compressed_calls": 4, "bytes_in": 1000, "bytes_out": 300}
+    raw = {"calls": 4, "compressed_calls": 0, "bytes_in": 1000, "bytes_out": 1000}
+    assert guard.wire_problems({"dp": ok, "tp": raw}, {"dp": True, "tp": False}) == []
+    assert "none of its 4 calls" in guard.wire_problems({"dp": raw}, {"dp": True})[0]
+    full = dict(ok, bytes_out=1000)
+    assert "saved nothing" in guard.wire_problems({"dp": full}, {"dp": True})[0]
+    assert "meant to be raw" in guard.wire_problems({"tp": ok}, {"tp": False})[0]
+    assert guard.uplink_problems(1000, 1040) == []
+    assert guard.uplink_problems(1000, 2000)
+
+
+class CannedRunner:
+    """Runner stand-in: noise runs and probes (in the order started) from canned metrics and
+    comm totals."""
+
+    def __init__(self, root: Path, noise: tuple, probes: list[tuple]):
+        self.root, self.noise, self.probes, self.started = root, noise, list(probes), []
+
+    def _run(self, name: str, canned: tuple) -> Run:
+        self.started.append(name)
+        losses, norms, comm = canned
+        run_dir = self.root / name
+        run_dir.mkdir(parents=True)
+        (run_dir / "summary.json").write_text(json.dumps({"comm": comm}))
+        return Run(name, run_dir, wall_s=1.0, records=records(losses, norms))
+
+    def train(self, name, extra):
+        return self._run(name, self.noise)
+
+    def from_checkpoint(self, name, checkpoint, extra):
+        return self._run(name, self.probes.pop(0))
+
+
+LOSSES = [5.0, 4.8, 4.6, 4.5, 4.4, 4.3]
+SHRUNK = {"calls": 2, "compressed_calls": 2, "bytes_in": 1000, "bytes_out": 500}
+RAW = {"calls": 2, "compressed_calls": 0, "bytes_in": 1000, "bytes_out": 1000}
+NOISE = ([v + 0.2 for v in LOSSES], [1.0] * 6, {"dp": RAW, "zero": RAW})
+
+
+def finalists_of(cfg, n: int):
+    layout = resolve_layout(cfg)
+    profile = slow_link_profile(cfg, 1e-4)
+    cands, _ = enumerate_candidates(cfg, layout)
+    base, scored = score_candidates(cfg, cands, profile, "fixture")
+    found = [s for s in combine(cfg, scored, lambda c: True, profile, "fixture", base)
+             if s.scheme.parts and s.clears_margin][:n]
+    return layout, base, found
+
+
+def comm_of(scheme: Scheme) -> dict:
+    """What a scheme's probe sent: its compressed dimensions shrunk, the others raw."""
+    return {d: SHRUNK if d in scheme.parts and scheme.parts[d].compressed else RAW
+            for d in ("dp", "zero")}
+
+
+def test_stage_b_rejects_a_silent_failure_and_takes_the_next_finalist(tmp_path):
+    cfg = dp_only("tune.codecs=[none,int8,fp16]", "tune.warmup_steps=2", "tune.probe_steps=4",
+                  "tune.finalists=3", "train.steps=1000000")
+    layout, base, finalists = finalists_of(cfg, 2)
+    assert len(finalists) == 2
+    first, second = (s.scheme for s in finalists)
+    runner = CannedRunner(tmp_path, NOISE, [
+        ([4.5] * 6, [1.0] * 6, comm_of(first)),  # constant loss
+        ([v + 0.01 for v in LOSSES], [1.0] * 6, comm_of(second))])
+    baseline = Run("baseline", tmp_path, 10.0, records(LOSSES))
+    verdicts, probes, notes, cost = {}, {}, [], {}
+    chosen = tune_task._stage_b(cfg, layout, runner, baseline, base, finalists, verdicts,
+                                probes, notes, cost)
+    assert chosen is finalists[1]
+    assert "constant loss" in verdicts[first.label].reason
+    assert verdicts[second.label].ok and "seed noise" in verdicts[second.label].reason
+    assert runner.started == ["noise_seed1235", "probe1", "probe2"]
+
+
+def test_stage_b_rejects_a_zero_grad_norm_probe_and_keeps_the_baseline(tmp_path):
+    cfg = dp_only("tune.codecs=[none,int8]", "tune.warmup_steps=2", "tune.probe_steps=4",
+                  "train.steps=1000000", "tune.finalists=1")
+    layout, base, finalists = finalists_of(cfg, 1)
+    runner = CannedRunner(tmp_path, NOISE, [(LOSSES, [0.0] * 6, comm_of(finalists[0].scheme))])
+    baseline = Run("baseline", tmp_path, 10.0, records(LOSSES))
+    verdicts = {}
+    chosen = tune_task._stage_b(cfg, layout, runner, baseline, base, finalists, verdicts,
+                                {}, [], {})
+    assert chosen is base
+    assert "zero gradient norm" in verdicts[finalists[0].scheme.label].reason
+
+
+def test_a_probe_that_compressed_nothing_is_a_silent_failure(tmp_path):
+    cfg = dp_only("tune.codecs=[none,int8]", "tune.warmup_steps=2", "tune.probe_steps=4",
+                  "train.steps=1000000", "tune.finalists=1")
+    layout, base, finalists = finalists_of(cfg, 1)
+    runner = CannedRunner(tmp_path, NOISE, [(LOSSES, [1.0] * 6, {"dp": RAW, "zero": RAW})])
+    baseline = Run("baseline", tmp_path, 10.0, records(LOSSES))
+    verdicts = {}
+    assert tune_task._stage_b(cfg, layout, runner, baseline, base, finalists, verdicts,
+                              {}, [], {}) is base
+    assert "meant to be compressed" in verdicts[finalists[0].scheme.label].reason
+
+
+def test_a_probe_deviating_more_than_seed_noise_allows_is_rejected(tmp_path):
+    cfg = dp_only("tune.codecs=[none,int8]", "tune.warmup_steps=2", "tune.probe_steps=4",
+                  "train.steps=1000000", "tune.finalists=1")
+    layout, base, finalists = finalists_of(cfg, 1)
+    far = [v + 0.5 for v in LOSSES]  # noise 0.2 x factor 0.5 = 0.1 allowed
+    runner = CannedRunner(tmp_path, NOISE, [(far, [1.0] * 6, comm_of(finalists[0].scheme))])
+    baseline = Run("baseline", tmp_path, 10.0, records(LOSSES))
+    verdicts, probes = {}, {}
+    assert tune_task._stage_b(cfg, layout, runner, baseline, base, finalists, verdicts,
+                              probes, [], {}) is base
+    label = finalists[0].scheme.label
+    assert "> threshold" in verdicts[label].reason
+    assert probes[label] == (pytest.approx(0.5), pytest.approx(0.1))
+
+
+def test_probes_over_the_cap_are_not_run(tmp_path):
+    cfg = dp_only("tune.codecs=[none,int8]", "tune.warmup_steps=2", "tune.probe_steps=4",
+                  "train.steps=10")  # a guarded run of 10 steps pays for no probe
+    layout, base, finalists = finalists_of(cfg, 1)
+    runner = CannedRunner(tmp_path, NOISE, [])
+    baseline = Run("baseline", tmp_path, 10.0, records(LOSSES))
+    verdicts, notes = {}, []
+    chosen = tune_task._stage_b(cfg, layout, runner, baseline, base, finalists, verdicts,
+                                {}, notes, {})
+    assert runner.started == []
+    assert chosen is finalists[0] and "stage (a) only" in verdicts[chosen.scheme.label].reason
+    assert "probe cap" in notes[0]
+
+
+# ---- the profile -------------------------------------------------------------------------
+
+def test_codecs_are_timed_once_and_cached_with_provenance(results_dir):
+    cfg = local(f"launch.results_dir={results_dir}")
+    first = insitu.resolve(cfg, measure=True, specs=["int8"])
+    assert "int8" in first.profile.codecs and first.path.exists()
+    assert first.provenance["codecs"]["int8"]["host"]
+    again = insitu.resolve(cfg, measure=False, specs=["int8"])
+    assert again.profile.codecs["int8"] == first.profile.codecs["int8"]
+
+
+def test_predict_on_the_emulated_cluster_reads_the_in_situ_profile(results_dir, capsys):
+    args = ["experiment=emulated_2x2", "task=predict", f"launch.results_dir={results_dir}"]
+    assert main(args) == 2
+    assert "calibrate --insitu" in capsys.readouterr().err
+    cfg = compose_experiment("emulated_2x2", [f"launch.results_dir={results_dir}"])
+    measured = dataclasses.replace(resolve_profile(local()).profile, calibration=None,
+                                   source="fixture: an in-situ profile")
+    path = insitu.cache_path(cfg)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"profile": dataclasses.asdict(measured),
+                                "provenance": {"fixture": True}}))
+    assert main(args) == 0
+    (run_dir,) = (results_dir / "predictions" / "emulated_2x2").iterdir()
+    assert "fixture: an in-situ profile" in json.loads(
+        (run_dir / "prediction.json").read_text())["profile"]
+
+
+def test_fit_points_cover_the_placement_and_the_bare_link():
+    cfg = compose_experiment("emulated_2x2", ["cluster.emulated.inter.rate_mbit=80"])
+    assert insitu.fit_points(cfg) == [("none", 1, 2), ("80", 1, 2), ("none", 2, 2),
+                                      ("80", 2, 2)]
+    bare = compose_experiment("emulated_2x2", ["cluster.emulated.inter.rate_mbit=null"])
+    assert ("200", 1, 2) in insitu.fit_points(bare)
+
+
+def test_a_cluster_without_a_profile_is_refused_with_the_fix(results_dir):
+    cfg = compose_experiment("emulated_2x2", [f"launch.results_dir={results_dir}"])
+    with pytest.raises(ConfigError, match="no in-situ profile"):
+        insitu.resolve(cfg)
+
+
+# ---- the chosen config -------------------------------------------------------------------
+
+def outcome_for(cfg, scheme: Scheme) -> Outcome:
+    profile = slow_link_profile(cfg, 1e-4)
+    base, _ = score_candidates(cfg, [], profile, "fixture")
+    chosen = Scored(scheme, base.prediction, margin=0.0)
+    return Outcome(cfg.experiment, base, [], [], {}, {}, "fixture", [chosen], {}, {}, chosen,
+                   {"total": 1.0})
+
+
+def load_scheme(path: Path, cfg):
+    data = yaml.safe_load(path.read_text())
+    body = data.get("compression", data)
+    compression = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(CompressionConfig),
+                                                      body))
+    return data, dataclasses.replace(cfg, compression=compression)
+
+
+def test_the_chosen_scheme_is_a_compression_config_that_validates(tmp_path):
+    cfg = local(f"tune.config_dir={tmp_path}")
+    scheme = Scheme("x", {"dp": Candidate("dp", "zfp:rate=8", allreduce="auto",
+                                          reduce_to_owner=False, error_feedback=True)})
+    path = write_config(cfg, outcome_for(cfg, scheme), tmp_path)
+    assert path == tmp_path / "tuned_tune_local.yaml"
+    data, applied = load_scheme(path, cfg)
+    assert "zero" not in data and data["dims"]["dp"]["error_feedback"] is True
+    assert validate_compression(applied) == []
+    assert applied.compression.dims["dp"].params == {"rate": 8}
+
+
+def test_a_changed_reduce_to_owner_is_written_in_the_global_package(tmp_path):
+    cfg = local(f"tune.config_dir={tmp_path}")
+    scheme = Scheme("x", {"dp": Candidate("dp", "int8", reduce_to_owner=True)})
+    path = write_config(cfg, outcome_for(cfg, scheme), tmp_path)
+    assert path.read_text().startswith("# @package _global_\n")
+    data, _ = load_scheme(path, cfg)
+    assert data["zero"] == {"reduce_to_owner": True}
+
+
+@pytest.mark.parametrize("owner", [False, True])
+def test_the_chosen_config_runs_as_a_compression_option(tmp_path, monkeypatch, owner):
+    """Written into (a copy of) configs/compression/, `compression=tuned_<exp>` composes the
+    scheme, zero.reduce_to_owner included, and passes every rule."""
+    import shutil
+
+    from neoxlab.commands.check import check
+    from neoxlab.config import compose
+
+    configs = tmp_path / "configs"
+    shutil.copytree(compose.CONFIG_DIR, configs)
+    monkeypatch.setattr(compose, "CONFIG_DIR", configs)
+    cfg = local(f"tune.config_dir={configs / 'compression'}")
+    dp = Candidate("dp", "int8", reduce_to_owner=owner, allreduce=None if owner else "auto")
+    scheme = Scheme("x", {"dp": dp, "tp": Candidate("tp", "zfp:rate=12", allreduce="auto")})
+    write_config(cfg, outcome_for(cfg, scheme), tmp_path)
+    ran = compose.compose_experiment("tune_local", ["task=train", "compression=tuned_tune_local"])
+    check(ran)
+    meant = apply(cfg, Scheme("tuned_tune_local", scheme.parts)).compression
+    assert ran.compression.dims == {d: v for d, v in meant.dims.items()
+                                    if v.compressor != "none"}
+    assert (ran.compression.scheme, ran.compression.allreduce) == (meant.scheme, meant.allreduce)
+    assert ran.zero.reduce_to_owner is owner
