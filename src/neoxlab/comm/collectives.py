@@ -16,7 +16,8 @@ the patch, writes its result in place and returns the cost for accounting. Desig
   the extra memory of a compressed all-reduce is a bounded fraction of the message.
 - Fixed-size payloads (neoxlab.comm.payload) need no size exchange; variable ones exchange
   sizes in tensors on the payload's device (an NCCL group serves CUDA tensors only).
-- No torch.cuda.synchronize(): CUDA work is timed with events, resolved at report time.
+- No torch.cuda.synchronize(): CUDA work is timed with events, folded into the accounting
+  once they have completed (neoxlab.comm.accounting).
 """
 
 from __future__ import annotations
@@ -43,8 +44,12 @@ class Cost:
     events: list = field(default_factory=list)  # (attr, start, end) CUDA events, unresolved
     spans: list = field(default_factory=list)  # (attr, wall-clock start, seconds): host-timed
 
+    def ready(self) -> bool:
+        """Whether every timed block's end event has completed (a query: never waits)."""
+        return all(end.query() for _, _, end in self.events)
+
     def resolve(self) -> Cost:
-        """Fold the CUDA event pairs into the seconds (waits for them: report time only)."""
+        """Fold the CUDA event pairs into the seconds (waits for those not yet done)."""
         for attr, start, end in self.events:
             end.synchronize()
             setattr(self, attr, getattr(self, attr) + start.elapsed_time(end) / 1e3)
