@@ -87,7 +87,12 @@ class Timed:
 
 # ---- payload exchange -------------------------------------------------------------------
 def _sizes_tensor(sizes: list[int], device: torch.device) -> torch.Tensor:
-    return torch.tensor(sizes, dtype=torch.int64, device=device)
+    """Host-known sizes on the payload's device, copied without waiting for the device
+    (pinned host memory for CUDA)."""
+    host = torch.tensor(sizes, dtype=torch.int64, device="cpu")
+    if device.type == "cuda":
+        host = host.pin_memory()
+    return host.to(device, non_blocking=True)
 
 
 def exchange(raw, payloads: list[torch.Tensor], send: torch.Tensor | None, codec: ChunkCodec,
@@ -144,19 +149,22 @@ def gather(raw, payload: torch.Tensor, codec: ChunkCodec, group, n: int,
 def encode_chunks(codec: ChunkCodec, count: int, load: Callable[[int], torch.Tensor],
                   cost: Cost) -> tuple[list[torch.Tensor], torch.Tensor | None]:
     """Payloads of `count` equal-length chunks, loaded one at a time (so at most one chunk
-    of scratch lives at once): slots of one buffer when fixed, else a list."""
+    of scratch lives at once): slots of one buffer when fixed, else a list (a variable-size
+    codec reads the sizes of all of them in one host sync)."""
+    if codec.fixed is None:
+        if not count:
+            return [], None
+        first = load(0)
+        with Timed(cost, "compress_s", first.device):
+            return codec.encode_many(count, lambda i: first if i == 0 else load(i)), None
     send = None
     payloads: list[torch.Tensor] = []
     for i in range(count):
         x = load(i)
         with Timed(cost, "compress_s", x.device):
-            if codec.fixed is None:
-                payloads.append(codec.encode(x))
-            else:
-                if send is None:
-                    send = torch.empty(count * codec.fixed, dtype=U8, device=x.device)
-                payloads.append(codec.encode(x, out=send[i * codec.fixed:
-                                                         (i + 1) * codec.fixed]))
+            if send is None:
+                send = torch.empty(count * codec.fixed, dtype=U8, device=x.device)
+            payloads.append(codec.encode(x, out=send[i * codec.fixed: (i + 1) * codec.fixed]))
     return payloads, send
 
 
