@@ -19,35 +19,9 @@ import os
 import sys
 from collections.abc import Callable
 
+from loopback import LoopbackRaw  # bench/device/loopback.py (this script's folder)
+
 MIB = 1 << 20
-
-
-class LoopbackRaw:
-    """Raw collectives for rank 0 of n ranks that all send what this one sends; received
-    point-to-point payloads are zeros (valid for fixed-rate codecs). No temporaries."""
-
-    def __init__(self, n: int):
-        self.n = n
-
-    def all_to_all_single(self, out, inp, output_split_sizes=None, input_split_sizes=None,
-                          group=None):
-        k = input_split_sizes[0] if input_split_sizes else inp.numel() // self.n
-        for j in range(self.n):
-            out[j * k: (j + 1) * k].copy_(inp[:k])
-
-    def all_gather_into_tensor(self, out, inp, group=None):
-        k = inp.numel()
-        for j in range(self.n):
-            out[j * k: (j + 1) * k].copy_(inp)
-
-    def broadcast(self, tensor, src, group=None):
-        pass
-
-    def send(self, tensor, dst, group=None):
-        pass
-
-    def recv(self, tensor, src, group=None):
-        tensor.zero_()
 
 
 def peak_of(device, fn: Callable[[], object]) -> int:
