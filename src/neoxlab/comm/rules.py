@@ -76,7 +76,34 @@ def validate_compression(cfg: Config) -> list[str]:
                       f"{list(MPI_LIBRARIES)}; name the library the ranks run on")
     if c.backend == "mpi":
         errors += _validate_mpi(cfg)
+    errors += _reduce_to_owner_on_nccl(cfg)
     return errors
+
+
+def _reduce_to_owner_on_nccl(cfg: Config) -> list[str]:
+    """A compressed reduce to owners sends each owner its n-1 payloads point to point, one
+    after another. Under NCCL every first send between two ranks builds a communicator of
+    its own (up to dp*(dp-1) per DP group, each with its own buffers), so it is refused on
+    NCCL DP groups; the all-reduce of buckets (all-to-all, then all-gather) runs on
+    collectives NCCL runs well."""
+    c, z, e = cfg.compression, cfg.zero, cfg.engine
+    dp = c.dims.get("dp")
+    compressed = (c.patch and c.backend == "framework" and dp is not None
+                  and dp.compressor != "none")
+    if not (z.reduce_to_owner and compressed):
+        return []
+    world = e.backend if e.backend != "auto" else (
+        "nccl" if cfg.cluster.device != "cpu" else "gloo")
+    if e.group_backends.get("dp", world) != "nccl":
+        return []
+    return [
+        "zero.reduce_to_owner=true with compressed dp gradients on NCCL "
+        f"(engine.backend={e.backend}, cluster.device={cfg.cluster.device}): each owner "
+        "would receive its n-1 payloads by point-to-point, one after another, and NCCL "
+        "builds a communicator for every first pair of ranks; drop zero.reduce_to_owner "
+        "(buckets are then all-reduced by all-to-all and all-gather) or put dp on MPI "
+        "(engine.group_backends.dp=mpi)"
+    ]
 
 
 
