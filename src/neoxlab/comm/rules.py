@@ -8,6 +8,7 @@ import torch
 from neoxlab.comm.policy import GROUP_OF, communication_dtype
 from neoxlab.compress import CompressionConfigError, available, make_compressor
 from neoxlab.config import COMPRESSIBLE_DIMS, Config
+from neoxlab.config.profile import FUSED_CODECS, torch_codecs_on
 
 DIMS = COMPRESSIBLE_DIMS  # "other" (control traffic) is never compressed
 BACKENDS = ("framework", "mpi")
@@ -163,3 +164,25 @@ def _validate_mpi(cfg: Config) -> list[str]:
             "them the same compressor and params, or move the others off MPI "
             "(engine.group_backends)")
     return errors
+
+
+def codec_kernel_warning(cfg: Config) -> str | None:
+    """A GPU cluster without Triton (cluster.arch, e.g. Lassen's ppc64le) runs the framework
+    codecs' torch-ops path: said at planning, with the throughput the profile expects."""
+    c = cfg.compression
+    used = sorted({d.compressor for d in c.dims.values() if d.compressor in FUSED_CODECS})
+    if not (c.patch and c.backend == "framework" and used
+            and torch_codecs_on(cfg.cluster.device, cfg.cluster.arch)):
+        return None
+    profile = cfg.cluster.profile
+    speeds = []
+    for name in used:
+        p = profile.codecs.get(name) if profile is not None else None
+        if p is not None and p.torch_encode_gbs:
+            speeds.append(f"{name} ~{p.torch_encode_gbs:g} GB/s encode against "
+                          f"{p.encode_gbs:g} GB/s fused")
+    expected = f" (expected: {'; '.join(speeds)})" if speeds else ""
+    return (f"cluster.arch={cfg.cluster.arch}: Triton has no wheel for it, so {', '.join(used)}"
+            f" run their torch-ops path on the GPU, about a hundred kernels per chunk"
+            f"{expected}; task=predict prices it; bench/device_codecs.py measures it there "
+            "(docs/gpus.md, Triton on POWER9)")
