@@ -52,12 +52,14 @@ from neoxlab.compress.base import (
     Header,
     WireFormatError,
     check_int,
+    host_bytes,
     view_as,
 )
 from neoxlab.compress.registry import register
 
 _WORD = {2: torch.int16, 4: torch.int32, 8: torch.int64}
 SLICE_WORDS = 1 << 20  # wire format constant: a multiple of every chunk size (16, 32, 64)
+COMPACT_WORDS = 1 << 18  # device compaction: int64 positions of this many words at a time
 # 0x8040201008040201 as a signed int64: multiplying by it places copies of the operand
 # 9 bits apart (no carries), which packs or spreads 8 flags per byte in one multiply
 _SPREAD = 0x8040201008040201 - (1 << 64)
@@ -229,8 +231,7 @@ class Mpc(Compressor):
         out = torch.empty(max(npad, -(-n // dim) * dim), dtype=wdt, device=dev)
         step = min(SLICE_WORDS, npad)
         z, t = (torch.empty(step, dtype=wdt, device=dev) for _ in range(2))
-        if not _host_path(dev):
-            zall = _scatter_on_device(bitmap, vals, npad)
+        before = torch.zeros(1, dtype=torch.int64, device=dev)
         used = 0
         for s in range(0, npad, step):
             m = min(step, npad - s)
@@ -242,7 +243,7 @@ class Mpc(Compressor):
                     raise WireFormatError("mpc bitmap marks more words than the body holds")
                 used = _scatter_rows(zs.view(width, -1), nz, counts, vals, used)
             else:
-                zs.copy_(zall[s: s + m])
+                before = _scatter_slice(bitmap, vals, s, zs, before)
             transpose_planes(zs.view(width, m // width), t)
             # un-zigzag: d = (z >>> 1) ^ -(z & 1)
             ts = t[:m]
@@ -281,47 +282,65 @@ def _residual_planes(w: torch.Tensor, s: int, m: int, dim: int, zs: torch.Tensor
 
 @dataclass
 class _Planes:
-    """One message's transposed residual words on the device and how many are non-zero
-    (a device scalar: reading it is the host sync a variable size costs)."""
+    """One message's transposed residual words on the device, their non-zero flags (packed,
+    the wire's bitmap) and how many are non-zero (a device scalar: reading it is the host
+    sync a variable size costs)."""
 
     zall: torch.Tensor
-    nz: torch.Tensor
+    bitmap: torch.Tensor
     kept: torch.Tensor
     npad: int
     nbits: int
     budget: int
 
 
+def _slices(npad: int) -> list[tuple[int, int]]:
+    step = min(SLICE_WORDS, npad)
+    return [(s, min(step, npad - s)) for s in range(0, npad, step)]
+
+
 def _device_planes(w: torch.Tensor, dim: int) -> _Planes:
-    """The residual planes of a whole message, without a host sync."""
+    """The residual planes of a whole message and its bitmap, slice by slice, without a
+    host sync; scratch beside the words: one slice of flags and counts."""
     dev, size = w.device, w.element_size()
     width = size * 8
     npad, nbits = _sizes(w.numel(), width)
-    step = min(SLICE_WORDS, npad)
     zall = torch.empty(npad, dtype=w.dtype, device=dev)
-    t = torch.empty(step, dtype=w.dtype, device=dev)
-    for s in range(0, npad, step):
-        m = min(step, npad - s)
-        _residual_planes(w, s, m, dim, zall[s: s + m], t)
-    nz = zall != 0
-    return _Planes(zall, nz, nz.sum(), npad, nbits, w.numel() * size - nbits)
+    t = torch.empty(min(SLICE_WORDS, npad), dtype=w.dtype, device=dev)
+    bitmap = torch.zeros(nbits, dtype=torch.uint8, device=dev)  # its padding stays zero
+    kept = torch.zeros((), dtype=torch.int64, device=dev)
+    for s, m in _slices(npad):
+        zs = zall[s: s + m]
+        _residual_planes(w, s, m, dim, zs, t)
+        nz = zs != 0
+        bitmap[s // 8: (s + m) // 8].copy_(_pack_flags(nz))
+        kept += nz.sum()
+    return _Planes(zall, bitmap, kept, npad, nbits, w.numel() * size - nbits)
 
 
 def _pack_planes(p: _Planes, kept: int, hdr: Header) -> torch.Tensor | None:
     """The wire buffer of staged planes with `kept` non-zero words (None: incompressible,
-    the caller sends it raw)."""
+    the caller sends it raw). The words are scattered straight into the buffer, whose
+    storage has one spare word past its end for the zero words to land on; positions are
+    computed COMPACT_WORDS at a time, not as int64 arrays of the whole message."""
     size = p.zall.element_size()
     if kept * size >= p.budget:
         return None
     dev = p.zall.device
-    buf, body = hdr.alloc(p.nbits + kept * size, dev)
-    body[p.npad // 8: p.nbits].zero_()  # bitmap padding
-    body[: p.npad // 8].copy_(_pack_flags(p.nz))
-    pos = torch.cumsum(p.nz, 0)
-    words = torch.empty(kept + 1, dtype=p.zall.dtype, device=dev)  # slot kept: the zeros
-    words.scatter_(0, torch.where(p.nz, pos - 1, kept), p.zall)
-    body[p.nbits:].copy_(words[:kept].view(torch.uint8))
-    return buf
+    head = hdr.pack(p.nbits + kept * size)
+    start = len(head) + p.nbits  # 8-aligned: headers and bitmaps are multiples of 8 bytes
+    full = torch.empty(start + (kept + 1) * size, dtype=torch.uint8, device=dev)
+    full[: len(head)].copy_(host_bytes(head, dev), non_blocking=True)
+    full[len(head): start].copy_(p.bitmap)
+    words = full[start:].view(p.zall.dtype)  # kept words, then the spare one
+    before = torch.zeros(1, dtype=torch.int64, device=dev)  # non-zero words so far
+    for s in range(0, p.npad, COMPACT_WORDS):
+        zs = p.zall[s: s + COMPACT_WORDS]
+        nz = zs != 0
+        pos = torch.cumsum(nz, 0).add_(before - 1)
+        before = pos[-1:] + 1
+        words.scatter_(0, pos.masked_fill_(~nz, kept), zs)
+    return full[: start + kept * size]
 
 
 def _encode_on_device(w: torch.Tensor, dim: int, hdr: Header) -> torch.Tensor | None:
@@ -332,14 +351,20 @@ def _encode_on_device(w: torch.Tensor, dim: int, hdr: Header) -> torch.Tensor | 
     return _pack_planes(planes, int(planes.kept), hdr)  # the one host sync: the size
 
 
-def _scatter_on_device(bitmap: torch.Tensor, vals: torch.Tensor, npad: int) -> torch.Tensor:
-    """All transposed words of a message from its bitmap and non-zero words, without a
-    host sync: word i is vals[(number of set flags before i)] where its flag is set."""
-    nz = _unpack_flags(bitmap)[:npad]
+def _scatter_slice(bitmap: torch.Tensor, vals: torch.Tensor, s: int, zs: torch.Tensor,
+                   before: torch.Tensor) -> torch.Tensor:
+    """Transposed words [s, s + len(zs)) of a message from its bitmap and non-zero words,
+    into zs, without a host sync: word i is vals[(set flags before i)] where its flag is
+    set. `before`: the set flags before this slice (device); returns those after it."""
+    nz = _unpack_flags(bitmap[s // 8: (s + zs.numel()) // 8])
     if vals.numel() == 0:
-        return torch.zeros(npad, dtype=vals.dtype, device=vals.device)
-    pos = (torch.cumsum(nz, 0) - 1).clamp_(0, vals.numel() - 1)
-    return torch.where(nz, vals[pos], 0)
+        zs.zero_()
+        return before
+    pos = torch.cumsum(nz, 0).add_(before - 1)
+    after = pos[-1:] + 1
+    torch.index_select(vals, 0, pos.clamp_(0, vals.numel() - 1), out=zs)
+    zs.masked_fill_(~nz, 0)
+    return after
 
 
 def _row_counts(nz: torch.Tensor) -> list[int]:
