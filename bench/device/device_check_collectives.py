@@ -1,4 +1,5 @@
-"""One-GPU check of the compressed collectives on NCCL (section 3 of bench/device/device_check.sh).
+"""One-GPU check of the compressed collectives on NCCL (section 3 of bench/device/device_check.sh;
+`--device cpu`: a dry run on gloo).
 
 One GPU allows one NCCL rank, so this cannot show a multi-rank exchange; it shows what a
 CPU machine cannot: every tensor the compressed path hands to an NCCL group is a CUDA tensor
@@ -10,8 +11,8 @@ compressed all-reduce beside matmuls on the caller's stream, against both on one
 
 from __future__ import annotations
 
+import argparse
 import functools
-import os
 from types import SimpleNamespace
 
 import torch
@@ -21,25 +22,32 @@ from neoxlab.comm import collectives as cc
 from neoxlab.comm import strict
 from neoxlab.comm.side_stream import SideStreams
 from neoxlab.compress import make_compressor
+from neoxlab.run.dist import free_port
 
 OPS = ("all_reduce", "all_gather_into_tensor", "all_to_all_single", "broadcast")
 
 
 def main() -> None:
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29533")
-    torch.cuda.set_device(0)
-    dist.init_process_group("nccl", rank=0, world_size=1)
-    dev = torch.device("cuda", 0)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cuda", help="cpu: a dry run of this script on gloo")
+    dev = torch.device(ap.parse_args().device)
+    port = free_port()
+    if dev.type == "cuda":
+        torch.cuda.set_device(0)
+        dev = torch.device("cuda", 0)
+    dist.init_process_group("nccl" if dev.type == "cuda" else "gloo", rank=0, world_size=1,
+                            init_method=f"tcp://127.0.0.1:{port}")
     raw = strict.checked(SimpleNamespace(**{op: getattr(dist, op) for op in OPS}))
-    x = torch.randn(16 << 20, device=dev)  # 64 MiB fp32
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    dist.all_reduce(x.clone())
-    end.record()
-    end.synchronize()
-    print(f"plain all_reduce 64 MiB: {start.elapsed_time(end):.2f} ms")
-    for spec in ("fp16", "int8", "zfp:rate=8", "mpc"):
+    x = torch.randn((16 << 20) if dev.type == "cuda" else (1 << 18), device=dev)  # 64 MiB
+    if dev.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dist.all_reduce(x.clone())
+        end.record()
+        end.synchronize()
+        print(f"plain all_reduce 64 MiB: {start.elapsed_time(end):.2f} ms")
+    zfp = "zfp:rate=8" if dev.type == "cuda" else "zfp:rate=8,impl=torch"
+    for spec in ("fp16", "int8", zfp, "mpc"):
         c = make_compressor(spec)
         for algorithm in ("alltoall", "allgather"):
             y = x.clone()
@@ -59,7 +67,10 @@ def main() -> None:
             cc.broadcast(raw, c, b, 0, 0, None)
             cc.reduce_scatter(raw, c, small, torch.empty_like(small), None, 1)
         assert torch.equal(outs[0], b), spec  # the same payload decodes the same everywhere
-    overlap(raw, dev)
+    if dev.type == "cuda":
+        overlap(raw, dev)
+    else:
+        print("overlap: skipped (side streams need CUDA)")
     print("device_check_collectives: OK")
     dist.destroy_process_group()
 

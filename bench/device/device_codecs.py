@@ -60,6 +60,8 @@ def main() -> int:
     ap.add_argument("--mib", type=float, default=64.0)
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--specs", nargs="*", default=SPECS)
+    ap.add_argument("--fail-short", action="store_true",
+                    help="exit 1 when a codec is short of its speed goal")
     args = ap.parse_args()
     dev = torch.device(args.device)
     run = timer(dev)
@@ -106,7 +108,7 @@ def main() -> int:
         print(f"{label:<26}{enc:>10.1f}{dec:>10.1f}{cp:>11.1f}{enc / cp:>10.3f}"
               f"{dec / cp:>10.3f}{x.nbytes / payload.numel():>7.2f}  {verdict}")
     print(f"# rows short of their goal: {short}")
-    return 0
+    return 1 if short and args.fail_short else 0
 
 
 if __name__ == "__main__":

@@ -25,3 +25,36 @@ def scratch_bytes(message_bytes: int, ratio: float = 1.0, cap: int = SEGMENT_BYT
     input plus residual: 3 seg / ratio + 2 seg, i.e. 1.25x of a message of 4+ MiB."""
     seg = min(message_bytes, segment_bytes_for(message_bytes, cap))
     return int(3 * seg / ratio + 2 * seg) + (1 << 16)
+
+
+def op_scratch_bytes(op: str, message_bytes: int, n: int, itemsize: int = 4,
+                     cap: int = SEGMENT_BYTES) -> int:
+    """Bound of the extra memory one compressed call of `op` holds over a group of n, for a
+    contiguous message of message_bytes (an all-gather's: one rank's part; a reduce-
+    scatter's: the whole input) of itemsize-byte values and contiguous outputs, payloads
+    taken at the raw size (passthrough, the worst case); the codec's own temporaries are not
+    counted. Every op goes in segments (segment_bytes_for); at its peak one holds:
+
+    - all_reduce: see scratch_bytes;
+    - reduce (to an owner): its payload, the owner's n received payloads, a segment of
+      decode scratch, of error-feedback input and of fp32 sum;
+    - all_gather: its payload and the n gathered ones;
+    - reduce_scatter: the n chunk payloads sent and the n received (a segment each), a
+      chunk slice of decode scratch and one of fp32 sum;
+    - broadcast, send, recv: one payload.
+    """
+    seg = min(message_bytes, segment_bytes_for(message_bytes, cap))
+    fp32 = 2 if itemsize <= 2 else 1  # an fp32 sum of 16-bit values takes twice their bytes
+    slack = 1 << 16
+    if op == "all_reduce":
+        return scratch_bytes(message_bytes, cap=cap)
+    if op == "reduce":
+        return (n + 1) * seg + (2 + fp32) * seg + slack
+    if op == "all_gather":
+        return (n + 1) * seg + slack
+    if op == "reduce_scatter":
+        return 2 * seg + (1 + fp32) * -(-seg // max(n, 1)) + slack
+    if op in ("broadcast", "send", "recv"):
+        return seg + slack
+    raise ValueError(f"op={op!r} is not a compressed collective: one of all_reduce, reduce, "
+                     "all_gather, reduce_scatter, broadcast, send, recv")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from neoxlab.comm_scratch import scratch_bytes
+from neoxlab.comm_scratch import op_scratch_bytes
 from neoxlab.config import Config, ConfigError, ModelConfig
 
 GIB = 1024**3
@@ -43,12 +43,15 @@ class MemoryEstimate:
     gradients: float
     optimizer: float
     activations: float
-    communication: float = 0.0  # scratch of a compressed gradient all-reduce
+    # the largest scratch of one compressed collective: they run one after another (on one
+    # side stream per device, whose memory pool is its own), so the largest one is held
+    communication: float = 0.0
+    residuals: float = 0.0  # error feedback: one residual per DP bucket, i.e. the gradients
 
     @property
     def total(self) -> float:
         return (self.weights + self.gradients + self.optimizer + self.activations
-                + self.communication)
+                + self.communication + self.residuals)
 
 
 def padded_vocab_size(model: ModelConfig, tp: int) -> int:
@@ -127,17 +130,46 @@ def estimate_memory(cfg: Config, layout: Layout) -> MemoryEstimate:
         activations = blocks * in_flight * per_block
     if not half:
         activations *= 2
+    act_b = 2 if half else 4
+    scratch = _compression_scratch(cfg, layout, params, (weight_b, grad_b, act_b))
+    residuals = params * grad_b if _compressed(cfg, "dp", error_feedback=True) else 0
     return MemoryEstimate(params, params * weight_b, gradients, optimizer, activations,
-                          _compression_scratch(cfg, params * grad_b, grad_b))
+                          scratch, float(residuals))
 
 
-def _compression_scratch(cfg: Config, grad_bytes: int, grad_b: int) -> float:
-    """Extra bytes of a compressed DP all-reduce of one gradient bucket (0 uncompressed)."""
+def _compressed(cfg: Config, dim: str, error_feedback: bool = False) -> bool:
+    """Whether the framework compresses dimension dim (with error feedback, if asked)."""
     c = cfg.compression
-    dp = c.dims.get("dp")
-    if not c.patch or c.backend != "framework" or dp is None or dp.compressor == "none":
-        return 0.0
-    return float(scratch_bytes(min(grad_bytes, cfg.zero.reduce_bucket_size * grad_b)))
+    d = c.dims.get(dim)
+    on = c.patch and c.backend == "framework" and d is not None and d.compressor != "none"
+    return bool(on and (d.error_feedback or not error_feedback))
+
+
+def _compression_scratch(cfg: Config, layout: Layout, params: int,
+                         widths: tuple[int, int, int]) -> float:
+    """The largest extra memory of one compressed collective the run makes (0 when none
+    is compressed): DP gradient buckets (all-reduced, reduced to owners or reduce-
+    scattered), ZeRO's parameter all-gathers, TP all-reduces and PP sends of activations."""
+    weight_b, grad_b, act_b = widths
+    m, z = cfg.model, cfg.zero
+    bucket = min(params * grad_b, z.reduce_bucket_size * grad_b)
+    activation = m.seq_length * layout.micro_batch * m.hidden_size * act_b
+    calls: list[tuple[str, int, int, int]] = []  # (op, message bytes, group, itemsize)
+    if _compressed(cfg, "dp") and layout.dp > 1:
+        calls.append(("all_reduce", bucket, layout.dp, grad_b))
+        if z.reduce_to_owner:
+            calls.append(("reduce", bucket, layout.dp, grad_b))
+        if z.stage >= 2:
+            calls.append(("reduce_scatter", bucket, layout.dp, grad_b))
+    if _compressed(cfg, "zero") and layout.dp > 1 and z.stage >= 1:
+        shard = min(params, z.allgather_bucket_size) * weight_b // layout.dp
+        calls.append(("all_gather", shard, layout.dp, weight_b))
+    if _compressed(cfg, "tp") and layout.tp > 1:
+        calls.append(("all_reduce", activation, layout.tp, act_b))
+    if _compressed(cfg, "pp") and layout.pp > 1:
+        calls += [("send", activation, 2, act_b), ("recv", activation, 2, act_b)]
+    return float(max((op_scratch_bytes(op, nbytes, n, size) for op, nbytes, n, size in calls),
+                     default=0))
 
 
 def _positive(errors: list[str], name: str, value: int | float, fix: str) -> None:
@@ -261,7 +293,8 @@ def memory_errors(cfg: Config) -> list[str]:
             f"estimated memory per device {est.total / GIB:.1f} GiB (weights "
             f"{est.weights / GIB:.1f}, gradients {est.gradients / GIB:.1f}, optimizer "
             f"{est.optimizer / GIB:.1f}, activations {est.activations / GIB:.1f}, compressed "
-            f"collective scratch {est.communication / GIB:.2f}) exceeds "
+            f"collective scratch {est.communication / GIB:.2f}, error-feedback residuals "
+            f"{est.residuals / GIB:.2f}) exceeds "
             f"{cfg.cluster.name}'s {cfg.cluster.device_memory_gib} GiB at tp={layout.tp}, "
             f"pp={layout.pp}, dp={layout.dp}; raise tp/pp, use ZeRO-1, activation "
             "checkpointing or a smaller micro batch"

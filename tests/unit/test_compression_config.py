@@ -63,6 +63,29 @@ def test_classifier_by_ranks_and_op():
     assert c.p2p(1, 4, big) == "other"
 
 
+@pytest.mark.parametrize(("micro_batch", "seq", "hidden"), [(4, 64, 64), (64, 16, 64)])
+def test_cross_entropy_statistics_stay_exact_when_shapes_coincide(micro_batch, seq, hidden):
+    """A run's classifier (as install_for_run builds it) on TP=2: the per-token statistics
+    [s, b] are control traffic even when b or s equals the hidden size; activations are TP."""
+    from neoxlab.comm.install import install_for_run
+    from neoxlab.layout import resolve_layout
+
+    cfg = compose_experiment("local_mzhybrid", [
+        f"parallel.micro_batch={micro_batch}", f"model.seq_length={seq}",
+        f"model.hidden_size={hidden}", "model.num_attention_heads=4"])
+    patch = install_for_run(cfg, resolve_layout(cfg))
+    try:
+        tp = frozenset({0, 1})
+        classify = patch.classifier.collective
+        s, b, h = seq, micro_batch, hidden
+        for stats in [(s, b), (b, s)]:  # megatron-core [s, b]; GPT-NeoX's mpu [b, s]
+            assert classify("all_reduce", tp, s * b, stats) == "other", stats
+        assert classify("all_reduce", tp, s * b * h, (s, b, h)) == "tp"
+        assert classify("all_reduce", tp, s * b * h, (s * b, h)) == "tp"
+    finally:
+        patch.uninstall()
+
+
 MVAPICH = ["cluster.mpi_library=mvapich-plus", "+engine.group_backends.dp=mpi"]
 
 

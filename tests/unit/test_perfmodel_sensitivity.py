@@ -46,9 +46,10 @@ def test_a_solved_value_reaches_the_published_gain(base, rows):
     inter = next(r for r in rows if r.assumption.startswith("inter-node") and r.needed)
     knob = next(a for a in what_ifs.assumptions(base.profile) if a.name == inter.assumption).knob
     for scheme, metric, target in TARGETS:
-        solved = float(inter.needed[(scheme, metric)])
-        reached = sens.gains(knob.apply(base, solved))[(scheme, metric)]
-        assert reached == pytest.approx(target, abs=0.05)
+        solved = float(inter.needed[(scheme, metric)])  # printed to 3 significant digits
+        around = [sens.gains(knob.apply(base, solved * f))[(scheme, metric)]
+                  for f in (1 - 5e-3, 1 + 5e-3)]
+        assert min(around) <= target <= max(around), (scheme, solved, around)
 
 
 def test_unreachable_targets_say_so(rows):
@@ -63,8 +64,9 @@ def test_unreachable_targets_say_so(rows):
 def test_a_discrete_assumption_lists_the_values_that_reach_a_target(base, rows):
     wire = [r for r in rows if r.assumption.startswith("wire dtype")]
     a = next(a for a in what_ifs.assumptions(base.profile) if a.name == wire[0].assumption)
-    reach = sens.needed(a, base, wire, "naive", "tflops", 0.0)
-    expected = [r.value for r in wire if r.gains[("naive", "tflops")] >= 0.0]
+    best = max(r.gains[("naive", "tflops")] for r in wire)  # a target some value reaches
+    reach = sens.needed(a, base, wire, "naive", "tflops", best)
+    expected = [r.value for r in wire if r.gains[("naive", "tflops")] >= best]
     assert expected and reach == "; ".join(expected)
     assert sens.needed(a, base, wire, "naive", "tflops", 1e3) == "not reachable"
 

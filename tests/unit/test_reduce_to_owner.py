@@ -31,3 +31,15 @@ def test_reduce_to_owner_is_refused_for_gpt_neox():
                                                "zero.reduce_to_owner=true"])
     with pytest.raises(ConfigError, match=r"reduce_to_owner=true with engine=neox"):
         check(cfg)
+
+
+def test_a_compressed_reduce_to_owners_is_refused_on_nccl():
+    """On a GPU cluster (NCCL), the owners' point-to-point payloads would each build a
+    communicator per pair of ranks: refused with the reason and the fix."""
+    cfg = compose_experiment("hybrid_192gpu", ["zero.reduce_to_owner=true"])
+    with pytest.raises(ConfigError, match=r"reduce_to_owner=true with compressed dp "
+                                          r"gradients on NCCL.*engine.group_backends.dp=mpi"):
+        check(cfg)
+    for fine in (["zero.reduce_to_owner=false"], ["+engine.group_backends.dp=mpi",
+                                                  "cluster.mpi_library=mvapich2-gdr"]):
+        check(compose_experiment("hybrid_192gpu", fine))

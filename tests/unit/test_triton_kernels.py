@@ -109,3 +109,31 @@ def test_quant_kernels_round_ties_to_even_as_torch(spec: str, dtype: torch.dtype
     assert torch.equal(scaled[~firsts].abs() % 1, torch.full_like(scaled[~firsts], 0.5))
     assert torch.equal(scaled[firsts].abs(), torch.full_like(scaled[firsts], c.qmax))
     both_ways(spec, x, monkeypatch)
+# -- 64-bit addressing ---------------------------------------------------------------------
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from neoxlab.compress.triton_kernels import _zfp_blocks  # noqa: E402
+
+
+@triton.jit
+def _block_probe(out_ptr, first, rows, LANES: tl.constexpr):
+    """Stores the ZFP encoder's source indices of program `first`: the encoder's own index
+    arithmetic (_zfp_blocks), for messages too large to allocate here."""
+    b, src = _zfp_blocks(first + tl.program_id(0), rows, LANES)
+    lanes = tl.arange(0, LANES)[:, None] * 16 + tl.arange(0, 16)[None, :]
+    tl.store(out_ptr + lanes, src)
+
+
+@pytest.mark.parametrize("values", [(1 << 31) + 4096, (3 << 31) + 12345 * 16])
+def test_zfp_encoder_addresses_messages_past_2_to_the_31_values(values):
+    """The program holding value `values` of a message of 4 * 2^31 values: its source
+    indices are the values' own, not wrapped around 32 bits."""
+    lanes = 64
+    first = values // 16 // lanes  # the program whose blocks hold that value
+    out = torch.empty(lanes * 16, dtype=torch.int64)
+    _block_probe[(1,)](out, first, 1 << 33, LANES=lanes)  # rows: 2^33 x 4 values
+    block = first * lanes + torch.arange(lanes, dtype=torch.int64)[:, None]
+    expected = block * 16 + torch.arange(16, dtype=torch.int64)[None, :]  # full blocks
+    assert torch.equal(out.view(lanes, 16), expected)
+    assert int(out.max()) > 1 << 31

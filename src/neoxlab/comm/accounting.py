@@ -7,7 +7,7 @@ to the same message, so bytes_in / bytes_out is the achieved compression ratio.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
@@ -49,13 +49,17 @@ def bus_bandwidth_gbps(op: str, nbytes: int, seconds: float, group_size: int) ->
 
 # host-timed phases kept per rank (Accountant.timeline): a few hundred steps of a small run
 TIMELINE_SPANS = 20_000
+# timed calls whose CUDA events may wait unresolved; past this, the oldest is waited for (it
+# finished long ago: thousands of collectives were queued after it)
+MAX_PENDING = 1024
 
 
 class Accountant:
     def __init__(self) -> None:
         self.stats: dict[tuple[str, str], OpStats] = defaultdict(OpStats)
-        # costs timed by CUDA events, folded in at report time (never on the hot path)
-        self.pending: list[tuple[tuple[str, str], object, int]] = []
+        # costs timed by CUDA events, oldest first: folded in as their events complete
+        # (a query, no wait), so at most MAX_PENDING of them are held at any time
+        self.pending: deque[tuple[tuple[str, str], object, int]] = deque()
         # (ranks of the group, op) -> [calls, bytes_out]: which ranks the bytes went between,
         # so the traffic between nodes can be told from the traffic inside one
         self.groups: dict[tuple[tuple[int, ...], str], list[int]] = defaultdict(lambda: [0, 0])
@@ -71,7 +75,7 @@ class Accountant:
         spans: Sequence[tuple[str, float, float]] = (),
     ) -> None:
         """One call. `pending`: its Cost when it holds unresolved CUDA events (their times,
-        times `weight` for sampled calls, are added at report time); `spans`: its
+        times `weight` for sampled calls, are added once they complete); `spans`: its
         host-timed phases (Cost.spans)."""
         room = TIMELINE_SPANS - len(self.timeline)
         self.timeline += [(dim, op, phase, start, took)
@@ -83,6 +87,7 @@ class Accountant:
         s = self.stats[(dim, op)]
         if pending is not None and pending.events:
             self.pending.append(((dim, op), pending, weight))
+            self.fold_completed()
         s.calls += 1
         s.compressed_calls += compressor != "none"
         s.bytes_in += bytes_in
@@ -97,16 +102,26 @@ class Accountant:
         if library is not None:
             s.library = library
 
+    def fold_completed(self) -> None:
+        """Fold in the oldest timed calls whose events have completed (queried, not waited
+        for), and wait for the oldest beyond MAX_PENDING: pending stays bounded however
+        long the run."""
+        while self.pending and (len(self.pending) > MAX_PENDING or self.pending[0][1].ready()):
+            self._fold(self.pending.popleft())
+
     def resolve(self) -> None:
-        """Wait for the recorded CUDA events and add their times (report time only)."""
-        for key, cost, weight in self.pending:
-            before = (cost.comm_s, cost.compress_s, cost.decompress_s)
-            cost.resolve()
-            s = self.stats[key]
-            s.comm_s += (cost.comm_s - before[0]) * weight
-            s.compress_s += (cost.compress_s - before[1]) * weight
-            s.decompress_s += (cost.decompress_s - before[2]) * weight
-        self.pending.clear()
+        """Wait for every recorded CUDA event and add its time (report time)."""
+        while self.pending:
+            self._fold(self.pending.popleft())
+
+    def _fold(self, entry) -> None:
+        key, cost, weight = entry
+        before = (cost.comm_s, cost.compress_s, cost.decompress_s)
+        cost.resolve()
+        s = self.stats[key]
+        s.comm_s += (cost.comm_s - before[0]) * weight
+        s.compress_s += (cost.compress_s - before[1]) * weight
+        s.decompress_s += (cost.decompress_s - before[2]) * weight
 
     def rows(self, rank: int) -> list[dict]:
         self.resolve()

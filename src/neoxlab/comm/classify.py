@@ -48,10 +48,15 @@ class Grid:
 
 
 class Classifier:
-    def __init__(self, grid: Grid, hidden_size: int | None = None):
+    """`tokens`: tokens of one micro-batch (micro_batch * seq_length), which identify the
+    cross-entropy statistics whatever their shape; `hidden_size`: the fallback when the
+    token count is not known."""
+
+    def __init__(self, grid: Grid, hidden_size: int | None = None, tokens: int | None = None):
         self.grid = grid
         self.sets = grid.group_sets()
         self.hidden_size = hidden_size
+        self.tokens = tokens
 
     def collective(self, op: str, ranks: frozenset[int], numel: int,
                    shape: tuple[int, ...] = ()) -> str:
@@ -59,7 +64,7 @@ class Classifier:
             return "other"
         axis = self.sets.get(ranks)
         if axis == "tp":
-            return "other" if self.is_loss_statistic(op, shape) else "tp"
+            return "other" if self.is_loss_statistic(op, numel, shape) else "tp"
         if axis == "dp":
             if op in REDUCTIONS:
                 return "dp"
@@ -67,13 +72,19 @@ class Classifier:
                 return "zero"
         return "other"
 
-    def is_loss_statistic(self, op: str, shape: tuple[int, ...]) -> bool:
-        """Vocab-parallel cross-entropy all-reduces per-token [s, b] fp32 statistics (max
-        logit, sum of exponentials, target logit): control values that must stay exact.
-        Every TP activation or gradient reduction ends in the hidden dimension; these
-        do not."""
-        return (op in REDUCTIONS and self.hidden_size is not None and len(shape) >= 1
-                and shape[-1] != self.hidden_size and len(shape) == 2)
+    def is_loss_statistic(self, op: str, numel: int, shape: tuple[int, ...]) -> bool:
+        """Vocab-parallel cross-entropy all-reduces per-token fp32 statistics (max logit,
+        sum of exponentials, target logit): one value per token of the micro-batch, control
+        values that must stay exact. Every TP activation or gradient reduction carries
+        hidden-size values per token, never one, so with the token count known the rule is
+        numel == tokens, whatever the shape ([s, b] with b == hidden is a statistic, not an
+        activation). Without it: a 2-D tensor that does not end in the hidden dimension."""
+        if op not in REDUCTIONS:
+            return False
+        if self.tokens is not None:
+            return numel == self.tokens
+        return (self.hidden_size is not None and len(shape) == 2
+                and shape[-1] != self.hidden_size)
 
     def p2p(self, me: int, peer: int, numel: int) -> str:
         """Adjacent pipeline stages with the same data/model coordinate exchange activations."""

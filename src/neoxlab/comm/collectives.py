@@ -8,15 +8,16 @@ the patch, writes its result in place and returns the cost for accounting. Desig
   this rank owns, then one all_gather_into_tensor of the re-encoded sums. Every rank, the
   owner included, decodes the same payloads, so all ranks end bit-identical.
 - all-reduce ("allgather", small groups): one all-gather of whole payloads, local sum.
-- all-gather: one compressed all_gather_into_tensor; broadcast: one payload, decoded by the
-  source too (replicas stay identical); send/recv: one payload per message; reduce (ZeRO's
-  per-partition reduce to its owner): one payload per rank to the destination, which alone
-  decodes.
-- Messages go in segments (a quarter of the message, 1-64 MiB: neoxlab.comm_scratch), so
-  the extra memory of a compressed all-reduce is a bounded fraction of the message.
+- all-gather: one compressed all_gather_into_tensor per segment; broadcast: one payload per
+  segment, decoded by the source too (replicas stay identical); send/recv: one payload per
+  segment; reduce (ZeRO's per-partition reduce to its owner): one payload per rank to the
+  destination, which alone decodes.
+- Every op goes in segments (a quarter of the message, 1-64 MiB: neoxlab.comm_scratch), so
+  its extra memory is a bounded fraction of the message (comm_scratch.op_scratch_bytes).
 - Fixed-size payloads (neoxlab.comm.payload) need no size exchange; variable ones exchange
   sizes in tensors on the payload's device (an NCCL group serves CUDA tensors only).
-- No torch.cuda.synchronize(): CUDA work is timed with events, resolved at report time.
+- No torch.cuda.synchronize(): CUDA work is timed with events, folded into the accounting
+  once they have completed (neoxlab.comm.accounting).
 """
 
 from __future__ import annotations
@@ -43,8 +44,12 @@ class Cost:
     events: list = field(default_factory=list)  # (attr, start, end) CUDA events, unresolved
     spans: list = field(default_factory=list)  # (attr, wall-clock start, seconds): host-timed
 
+    def ready(self) -> bool:
+        """Whether every timed block's end event has completed (a query: never waits)."""
+        return all(end.query() for _, _, end in self.events)
+
     def resolve(self) -> Cost:
-        """Fold the CUDA event pairs into the seconds (waits for them: report time only)."""
+        """Fold the CUDA event pairs into the seconds (waits for those not yet done)."""
         for attr, start, end in self.events:
             end.synchronize()
             setattr(self, attr, getattr(self, attr) + start.elapsed_time(end) / 1e3)
@@ -82,7 +87,12 @@ class Timed:
 
 # ---- payload exchange -------------------------------------------------------------------
 def _sizes_tensor(sizes: list[int], device: torch.device) -> torch.Tensor:
-    return torch.tensor(sizes, dtype=torch.int64, device=device)
+    """Host-known sizes on the payload's device, copied without waiting for the device
+    (pinned host memory for CUDA)."""
+    host = torch.tensor(sizes, dtype=torch.int64, device="cpu")
+    if device.type == "cuda":
+        host = host.pin_memory()
+    return host.to(device, non_blocking=True)
 
 
 def exchange(raw, payloads: list[torch.Tensor], send: torch.Tensor | None, codec: ChunkCodec,
@@ -139,20 +149,39 @@ def gather(raw, payload: torch.Tensor, codec: ChunkCodec, group, n: int,
 def encode_chunks(codec: ChunkCodec, count: int, load: Callable[[int], torch.Tensor],
                   cost: Cost) -> tuple[list[torch.Tensor], torch.Tensor | None]:
     """Payloads of `count` equal-length chunks, loaded one at a time (so at most one chunk
-    of scratch lives at once): slots of one buffer when fixed, else a list."""
+    of scratch lives at once): slots of one buffer when fixed, else a list (a variable-size
+    codec reads the sizes of all of them in one host sync)."""
+    if codec.fixed is None:
+        if not count:
+            return [], None
+        first = load(0)
+        with Timed(cost, "compress_s", first.device):
+            return codec.encode_many(count, lambda i: first if i == 0 else load(i)), None
     send = None
     payloads: list[torch.Tensor] = []
     for i in range(count):
         x = load(i)
         with Timed(cost, "compress_s", x.device):
-            if codec.fixed is None:
-                payloads.append(codec.encode(x))
-            else:
-                if send is None:
-                    send = torch.empty(count * codec.fixed, dtype=U8, device=x.device)
-                payloads.append(codec.encode(x, out=send[i * codec.fixed:
-                                                         (i + 1) * codec.fixed]))
+            if send is None:
+                send = torch.empty(count * codec.fixed, dtype=U8, device=x.device)
+            payloads.append(codec.encode(x, out=send[i * codec.fixed: (i + 1) * codec.fixed]))
     return payloads, send
+
+
+def sum_decoded(codec: ChunkCodec, payloads: list[torch.Tensor], scratch: torch.Tensor,
+                total: torch.Tensor) -> None:
+    """total += each decoded payload, in order. A function of its own: a loop variable
+    left in the caller would keep the last payload (a view of the whole receive buffer)
+    alive past the caller's `del`."""
+    for payload in payloads:
+        total += codec.decode(payload, scratch)
+
+
+def decode_each(codec: ChunkCodec, payloads: list[torch.Tensor],
+                targets: list[torch.Tensor]) -> None:
+    """Decode payload i into targets[i] (a function of its own, as sum_decoded)."""
+    for target, payload in zip(targets, payloads, strict=True):
+        codec.decode(payload, target)
 
 
 # ---- chunk views ------------------------------------------------------------------------
@@ -193,6 +222,13 @@ class Chunks:
             self.flat[lo:hi] = decode(scratch)[: hi - lo]
 
 
+def all_finite(t: torch.Tensor) -> torch.Tensor:
+    """Whether t holds no NaN/Inf, as a device scalar (no sync), from its min and max
+    (which NaN and Inf reach): no temporary of t's size, as isfinite's would be."""
+    lo, hi = torch.aminmax(t)
+    return torch.isfinite(lo) & torch.isfinite(hi)
+
+
 def settle_residual(chunks: Chunks, codec: ChunkCodec, sent: list[torch.Tensor],
                     results: list[torch.Tensor], scratch: torch.Tensor, cost: Cost,
                     finite: torch.Tensor | None = None) -> None:
@@ -206,7 +242,7 @@ def settle_residual(chunks: Chunks, codec: ChunkCodec, sent: list[torch.Tensor],
         if finite is None:
             finite = torch.ones((), dtype=torch.bool, device=device)
             for payload in results:
-                finite &= torch.isfinite(codec.decode(payload, scratch)).all()
+                finite &= all_finite(codec.decode(payload, scratch))
         for i, payload in enumerate(sent):
             lo, hi = chunks.bounds(i)
             if hi == lo:
@@ -214,7 +250,7 @@ def settle_residual(chunks: Chunks, codec: ChunkCodec, sent: list[torch.Tensor],
             meant = chunks.load(i)  # a fresh buffer: x_i + residual_i
             meant -= codec.decode(payload, scratch)
             old = chunks.residual[lo:hi]
-            old.copy_(torch.where(finite, meant[: hi - lo], old))
+            torch.where(finite, meant[: hi - lo], old, out=old)  # in place: no third copy
 
 
 # ---- all-reduce ---------------------------------------------------------------------------
@@ -252,8 +288,7 @@ def _reduce_alltoall(raw, c: Compressor, flat: torch.Tensor, res: torch.Tensor |
     phase1 = cost.bytes_out - earlier
     total = torch.zeros(chunks.length, dtype=torch.float32, device=device)
     with Timed(cost, "decompress_s", device):
-        for payload in received:  # rank order: the owner's sum is deterministic
-            total += codec.decode(payload, scratch)
+        sum_decoded(codec, received, scratch, total)  # rank order: a deterministic sum
     del received
     reduced = total if dtype == torch.float32 else total.to(dtype)
     del total
@@ -339,99 +374,141 @@ def _reduce_to(raw, c: Compressor, flat: torch.Tensor, res: torch.Tensor | None,
         for payload in received:
             total += codec.decode(payload, scratch)
     if res is not None:  # before the sum overwrites flat, which load() reads
-        settle_residual(whole, codec, sent, [], scratch, cost, torch.isfinite(total).all())
+        settle_residual(whole, codec, sent, [], scratch, cost, all_finite(total))
     flat.copy_(total)
 
 
 # ---- other collectives ------------------------------------------------------------------
+# Whole-message collectives go in segments too (as all-reduce), so that their payloads and
+# scratch stay a bounded fraction of the message. Segment bounds fall on multiples of
+# SEGMENT_ALIGN values, so that the blocks of fixed-rate codecs (ZFP's 16 values, int8/int4
+# blocks dividing 4096) are the whole message's blocks and the values do not change.
+SEGMENT_ALIGN = 4096
+
+
+def segments(numel: int, itemsize: int, segment_bytes: int = SEGMENT_BYTES
+             ) -> list[tuple[int, int]]:
+    """[lo, hi) element ranges of a message of numel values of itemsize bytes (one empty
+    range for an empty message: the collective still runs on every rank)."""
+    step = segment_bytes_for(numel * itemsize, segment_bytes) // max(itemsize, 1)
+    step = max(SEGMENT_ALIGN, step - step % SEGMENT_ALIGN)
+    return [(lo, min(lo + step, numel)) for lo in range(0, numel, step)] or [(0, 0)]
+
+
+def _flat_targets(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """A flat view of each tensor, or a flat buffer for one that is not contiguous."""
+    return [t.view(-1) if t.is_contiguous() else torch.empty(
+        t.numel(), dtype=t.dtype, device=t.device) for t in tensors]
+
+
+def _copy_back(tensors: list[torch.Tensor], flats: list[torch.Tensor]) -> None:
+    for t, flat in zip(tensors, flats, strict=True):
+        if flat.data_ptr() != t.data_ptr() or not t.is_contiguous():
+            t.copy_(flat.view_as(t))
+
+
 def all_gather_into(raw, c: Compressor, x: torch.Tensor, outputs: list[torch.Tensor], group,
-                    n: int) -> Cost:
-    """Compressed all-gather: outputs[i] = decoded payload of rank i (own one included)."""
+                    n: int, segment_bytes: int = SEGMENT_BYTES) -> Cost:
+    """Compressed all-gather: outputs[i] = decoded payload of rank i (own one included),
+    segment by segment."""
     cost = Cost()
-    codec = ChunkCodec(c, x.numel(), x.dtype)
     flat = x.contiguous().view(-1)
-    payloads, _ = encode_chunks(codec, 1, lambda i: flat, cost)
-    gathered = gather(raw, payloads[0], codec, group, n, cost)
-    del payloads
-    with Timed(cost, "decompress_s", x.device):
-        for out, payload in zip(outputs, gathered, strict=True):
-            if out.is_contiguous():
-                codec.decode(payload, out.view(-1))
-            else:
-                out.copy_(codec.decode(payload, torch.empty(
-                    x.numel(), dtype=x.dtype, device=x.device)).view_as(out))
+    targets = _flat_targets(outputs)
+    for lo, hi in segments(flat.numel(), x.element_size(), segment_bytes):
+        codec = ChunkCodec(c, hi - lo, x.dtype)
+        payloads, send = encode_chunks(codec, 1, lambda i, lo=lo, hi=hi: flat[lo:hi], cost)
+        gathered = gather(raw, payloads[0], codec, group, n, cost)
+        del payloads, send
+        with Timed(cost, "decompress_s", x.device):
+            decode_each(codec, gathered, [t[lo:hi] for t in targets])
+        del gathered
+    _copy_back(outputs, targets)
     return cost
 
 
 def reduce_scatter(raw, c: Compressor, x: torch.Tensor, out: torch.Tensor, group,
-                   n: int) -> Cost:
-    """x holds n equal chunks; out = the fp32 sum of everyone's chunk of this rank."""
+                   n: int, segment_bytes: int = SEGMENT_BYTES) -> Cost:
+    """x holds n equal chunks; out = the fp32 sum of everyone's chunk of this rank. In
+    segments: the same slice of every chunk at a time."""
     cost = Cost()
-    parts = list(x.contiguous().view(n, -1))
-    codec = ChunkCodec(c, parts[0].numel(), x.dtype)
-    payloads, send = encode_chunks(codec, n, parts.__getitem__, cost)
-    received = exchange(raw, payloads, send, codec, group, cost)
-    del payloads, send
-    scratch = torch.empty(parts[0].numel(), dtype=x.dtype, device=x.device)
-    total = torch.zeros(parts[0].numel(), dtype=torch.float32, device=x.device)
-    with Timed(cost, "decompress_s", x.device):
-        for payload in received:
-            total += codec.decode(payload, scratch)
-    out.copy_(total.view_as(out))
+    parts = x.contiguous().view(n, -1)
+    (target,) = _flat_targets([out])
+    for lo, hi in segments(parts.shape[1], x.element_size() * n, segment_bytes):
+        codec = ChunkCodec(c, hi - lo, x.dtype)
+        payloads, send = encode_chunks(codec, n, lambda i, lo=lo, hi=hi: parts[i, lo:hi], cost)
+        received = exchange(raw, payloads, send, codec, group, cost)
+        del payloads, send
+        scratch = torch.empty(hi - lo, dtype=x.dtype, device=x.device)
+        total = torch.zeros(hi - lo, dtype=torch.float32, device=x.device)
+        with Timed(cost, "decompress_s", x.device):
+            sum_decoded(codec, received, scratch, total)
+        del received, scratch
+        target[lo:hi].copy_(total)
+        del total
+    _copy_back([out], [target])
     return cost
 
 
-def broadcast(raw, c: Compressor, x: torch.Tensor, src: int, me: int, group) -> Cost:
-    """The source sends one payload; every rank, the source too, takes the decoded values."""
+def broadcast(raw, c: Compressor, x: torch.Tensor, src: int, me: int, group,
+              segment_bytes: int = SEGMENT_BYTES) -> Cost:
+    """The source sends one payload per segment; every rank, the source too, takes the
+    decoded values."""
     cost = Cost()
     device = x.device
-    codec = ChunkCodec(c, x.numel(), x.dtype)
     flat = x.contiguous().view(-1)
-    if me == src:
-        payload = encode_chunks(codec, 1, lambda i: flat, cost)[0][0]
-    if codec.fixed is not None:
-        if me != src:
-            payload = torch.empty(codec.fixed, dtype=U8, device=device)
-    else:
-        size = _sizes_tensor([payload.numel() if me == src else 0], device)
+    for lo, hi in segments(flat.numel(), x.element_size(), segment_bytes):
+        codec = ChunkCodec(c, hi - lo, x.dtype)
+        if me == src:
+            payload = encode_chunks(codec, 1, lambda i, lo=lo, hi=hi: flat[lo:hi], cost)[0][0]
+        if codec.fixed is not None:
+            if me != src:
+                payload = torch.empty(codec.fixed, dtype=U8, device=device)
+        else:
+            size = _sizes_tensor([payload.numel() if me == src else 0], device)
+            with Timed(cost, "comm_s", device):
+                raw.broadcast(size, src, group=group)
+            if me != src:
+                payload = torch.empty(int(size.item()), dtype=U8, device=device)
         with Timed(cost, "comm_s", device):
-            raw.broadcast(size, src, group=group)
-        if me != src:
-            payload = torch.empty(int(size.item()), dtype=U8, device=device)
-    with Timed(cost, "comm_s", device):
-        raw.broadcast(payload, src, group=group)
-    cost.bytes_out = payload.numel()
-    with Timed(cost, "decompress_s", device):
-        codec.decode(payload, flat)
+            raw.broadcast(payload, src, group=group)
+        cost.bytes_out += payload.numel()
+        with Timed(cost, "decompress_s", device):
+            codec.decode(payload, flat[lo:hi])
+        del payload
     if flat.data_ptr() != x.data_ptr():
         x.copy_(flat.view_as(x))
     return cost
 
 
-def send(raw, c: Compressor, x: torch.Tensor, dst: int, group=None) -> Cost:
-    """One payload per message when its size is fixed (else its size goes first)."""
+def send(raw, c: Compressor, x: torch.Tensor, dst: int, group=None,
+         segment_bytes: int = SEGMENT_BYTES) -> Cost:
+    """One payload per segment (a variable size goes first); the receiver cuts the same
+    segments from the same numel."""
     cost = Cost()
-    codec = ChunkCodec(c, x.numel(), x.dtype)
     flat = x.contiguous().view(-1)
-    payloads, _ = encode_chunks(codec, 1, lambda i: flat, cost)
-    _send_payload(raw, codec, payloads[0], dst, group, cost)
-    cost.bytes_out = payloads[0].numel()
+    for lo, hi in segments(flat.numel(), x.element_size(), segment_bytes):
+        codec = ChunkCodec(c, hi - lo, x.dtype)
+        payloads, buf = encode_chunks(codec, 1, lambda i, lo=lo, hi=hi: flat[lo:hi], cost)
+        _send_payload(raw, codec, payloads[0], dst, group, cost)
+        cost.bytes_out += payloads[0].numel()
+        del payloads, buf
     return cost
 
 
-def recv(raw, c: Compressor, x: torch.Tensor, src: int, group=None) -> Cost:
-    """Receive a payload from `src` and decode it into x."""
+def recv(raw, c: Compressor, x: torch.Tensor, src: int, group=None,
+         segment_bytes: int = SEGMENT_BYTES) -> Cost:
+    """Receive the payloads of `src`'s segments and decode them into x."""
     cost = Cost()
     device = x.device
-    codec = ChunkCodec(c, x.numel(), x.dtype)
-    payload = _recv_payload(raw, codec, src, group, cost, device)
-    cost.bytes_out = payload.numel()
-    flat = x.view(-1) if x.is_contiguous() else torch.empty(
-        x.numel(), dtype=x.dtype, device=device)
-    with Timed(cost, "decompress_s", device):
-        codec.decode(payload, flat)
-    if flat.data_ptr() != x.data_ptr():
-        x.copy_(flat.view_as(x))
+    (flat,) = _flat_targets([x])
+    for lo, hi in segments(flat.numel(), x.element_size(), segment_bytes):
+        codec = ChunkCodec(c, hi - lo, x.dtype)
+        payload = _recv_payload(raw, codec, src, group, cost, device)
+        cost.bytes_out += payload.numel()
+        with Timed(cost, "decompress_s", device):
+            codec.decode(payload, flat[lo:hi])
+        del payload
+    _copy_back([x], [flat])
     return cost
 
 

@@ -8,6 +8,7 @@ import torch
 from neoxlab.comm.policy import GROUP_OF, communication_dtype
 from neoxlab.compress import CompressionConfigError, available, make_compressor
 from neoxlab.config import COMPRESSIBLE_DIMS, Config
+from neoxlab.config.profile import FUSED_CODECS, torch_codecs_on
 
 DIMS = COMPRESSIBLE_DIMS  # "other" (control traffic) is never compressed
 BACKENDS = ("framework", "mpi")
@@ -76,7 +77,34 @@ def validate_compression(cfg: Config) -> list[str]:
                       f"{list(MPI_LIBRARIES)}; name the library the ranks run on")
     if c.backend == "mpi":
         errors += _validate_mpi(cfg)
+    errors += _reduce_to_owner_on_nccl(cfg)
     return errors
+
+
+def _reduce_to_owner_on_nccl(cfg: Config) -> list[str]:
+    """A compressed reduce to owners sends each owner its n-1 payloads point to point, one
+    after another. Under NCCL every first send between two ranks builds a communicator of
+    its own (up to dp*(dp-1) per DP group, each with its own buffers), so it is refused on
+    NCCL DP groups; the all-reduce of buckets (all-to-all, then all-gather) runs on
+    collectives NCCL runs well."""
+    c, z, e = cfg.compression, cfg.zero, cfg.engine
+    dp = c.dims.get("dp")
+    compressed = (c.patch and c.backend == "framework" and dp is not None
+                  and dp.compressor != "none")
+    if not (z.reduce_to_owner and compressed):
+        return []
+    world = e.backend if e.backend != "auto" else (
+        "nccl" if cfg.cluster.device != "cpu" else "gloo")
+    if e.group_backends.get("dp", world) != "nccl":
+        return []
+    return [
+        "zero.reduce_to_owner=true with compressed dp gradients on NCCL "
+        f"(engine.backend={e.backend}, cluster.device={cfg.cluster.device}): each owner "
+        "would receive its n-1 payloads by point-to-point, one after another, and NCCL "
+        "builds a communicator for every first pair of ranks; drop zero.reduce_to_owner "
+        "(buckets are then all-reduced by all-to-all and all-gather) or put dp on MPI "
+        "(engine.group_backends.dp=mpi)"
+    ]
 
 
 
@@ -136,3 +164,25 @@ def _validate_mpi(cfg: Config) -> list[str]:
             "them the same compressor and params, or move the others off MPI "
             "(engine.group_backends)")
     return errors
+
+
+def codec_kernel_warning(cfg: Config) -> str | None:
+    """A GPU cluster without Triton (cluster.arch, e.g. Lassen's ppc64le) runs the framework
+    codecs' torch-ops path: said at planning, with the throughput the profile expects."""
+    c = cfg.compression
+    used = sorted({d.compressor for d in c.dims.values() if d.compressor in FUSED_CODECS})
+    if not (c.patch and c.backend == "framework" and used
+            and torch_codecs_on(cfg.cluster.device, cfg.cluster.arch)):
+        return None
+    profile = cfg.cluster.profile
+    speeds = []
+    for name in used:
+        p = profile.codecs.get(name) if profile is not None else None
+        if p is not None and p.torch_encode_gbs:
+            speeds.append(f"{name} ~{p.torch_encode_gbs:g} GB/s encode against "
+                          f"{p.encode_gbs:g} GB/s fused")
+    expected = f" (expected: {'; '.join(speeds)})" if speeds else ""
+    return (f"cluster.arch={cfg.cluster.arch}: Triton has no wheel for it, so {', '.join(used)}"
+            f" run their torch-ops path on the GPU, about a hundred kernels per chunk"
+            f"{expected}; task=predict prices it; bench/device/device_codecs.py measures it there "
+            "(docs/gpus.md, Triton on POWER9)")

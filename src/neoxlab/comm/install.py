@@ -43,7 +43,8 @@ def install_for_run(cfg: Config, layout: Layout) -> CompressionPatch | None:
     if not c.patch:
         return None
     classifier = Classifier(Grid(tp=layout.tp, pp=layout.pp, dp=layout.dp),
-                            hidden_size=cfg.model.hidden_size)
+                            hidden_size=cfg.model.hidden_size,
+                            tokens=layout.micro_batch * cfg.model.seq_length)
     policies = build_policies(c) if c.backend == "framework" else {}
     on_mpi = {g for g, b in cfg.engine.group_backends.items() if b == "mpi"}
     library = {dim: label for dim, group in GROUP_OF.items()

@@ -9,15 +9,18 @@ calls on a communicator made for the group's ranks) and returns a finished Work,
 `async_op=True` caller gets the same ordering as with a synchronous gloo call. Tensors are
 handed to MPI through the buffer protocol (host memory, no copy when contiguous). CUDA
 tensors go to MPI as device pointers only when the library says it is CUDA-aware
-(MPIX_Query_cuda_support); otherwise they are staged through host memory (`staged`).
+(MPIX_Query_cuda_support, asked of the library mpi4py loaded); otherwise they are staged
+through host memory (`staged`), and a GPU rank says so once at start-up.
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 from collections import Counter
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -33,17 +36,78 @@ def summary() -> str:
     return ", ".join(f"{op} {n}" for op, n in sorted(CALLS.items()))
 
 
-def cuda_aware() -> bool:
-    """Whether the MPI library accepts device pointers (MPICH, MVAPICH and Open MPI export
-    MPIX_Query_cuda_support; a library without it is taken as host-only)."""
-    from mpi4py import MPI  # noqa: F401  (loads libmpi with its symbols)
+@dataclass(frozen=True)
+class CudaSupport:
+    """What the MPI library mpi4py loaded says about device pointers."""
 
+    aware: bool
+    library: str  # the first line of MPI_Get_library_version
+    source: str | None  # the loaded file that answered MPIX_Query_cuda_support (None: none)
+
+    def describe(self) -> str:
+        if self.aware:
+            return f"{self.library} is CUDA-aware ({self.source}): device pointers go to MPI"
+        why = (f"its MPIX_Query_cuda_support ({self.source}) says no" if self.source else
+               "it exports no MPIX_Query_cuda_support")
+        return (f"{self.library} is not CUDA-aware ({why}): CUDA tensors are staged through "
+                "host memory; load the site's CUDA-aware MPI (Lassen: Spectrum MPI with "
+                "jsrun --smpiargs=-gpu, or MVAPICH2-GDR with MV2_USE_CUDA=1)")
+
+
+def cuda_support() -> CudaSupport:
+    """Ask the MPI library mpi4py loaded whether it accepts device pointers (MPICH, MVAPICH
+    and Open MPI export MPIX_Query_cuda_support; a library without it is taken as
+    host-only). mpi4py loads libmpi privately (RTLD_LOCAL), so the symbol is looked up
+    through mpi4py's own extension (its dependencies included), then in every loaded libmpi
+    file, not in the global namespace alone."""
+    from mpi4py import MPI
+
+    library = MPI.Get_library_version().strip().splitlines()[0].strip()
+    for path in _loaded_mpi_files(getattr(MPI, "__file__", None)):
+        try:
+            lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+            query = lib.MPIX_Query_cuda_support
+        except (OSError, AttributeError):
+            continue
+        query.restype = ctypes.c_int
+        return CudaSupport(bool(query()), library, path or "the global namespace")
+    return CudaSupport(False, library, None)
+
+
+def cuda_aware() -> bool:
+    """Whether the MPI library accepts device pointers (see cuda_support)."""
+    return cuda_support().aware
+
+
+def _loaded_mpi_files(extension: str | None) -> list[str | None]:
+    """Where MPIX_Query_cuda_support may live, most specific first: mpi4py's extension
+    module (a handle's lookup covers the libraries it links), each libmpi* this process has
+    mapped (mpi4py may dlopen it itself), and the global namespace (None)."""
+    found: list[str | None] = [extension] if extension else []
     try:
-        query = ctypes.CDLL(None).MPIX_Query_cuda_support
-    except AttributeError:
-        return False
-    query.restype = ctypes.c_int
-    return bool(query())
+        with open("/proc/self/maps") as maps:
+            for line in maps:  # address perms offset device inode [path]
+                fields = line.split(maxsplit=5)
+                path = fields[5].strip() if len(fields) == 6 else ""
+                name = os.path.basename(path)
+                if name.startswith(("libmpi", "libmpich")) and ".so" in name \
+                        and path not in found:
+                    found.append(path)
+    except OSError:
+        pass  # no /proc: the extension and the global namespace remain
+    return [*found, None]
+
+
+_ANNOUNCED: list[CudaSupport] = []
+
+
+def announce(support: CudaSupport) -> None:
+    """One start-up line per process on a GPU rank: whether CUDA tensors reach MPI as
+    device pointers or are staged through host memory."""
+    if _ANNOUNCED or not torch.cuda.is_available():
+        return
+    _ANNOUNCED.append(support)
+    print(f"[neoxlab] {BACKEND} process groups: {support.describe()}", flush=True)
 
 
 def library_version() -> str:
@@ -89,7 +153,11 @@ class MpiProcessGroup(dist.ProcessGroup):
     def __init__(self, comm, device_pointers: bool | None = None):
         super().__init__(comm.Get_rank(), comm.Get_size())
         self.comm = comm
-        self.device_pointers = cuda_aware() if device_pointers is None else device_pointers
+        if device_pointers is None:
+            support = cuda_support()
+            announce(support)
+            device_pointers = support.aware
+        self.device_pointers = device_pointers
         self.staged = 0  # CUDA tensors that went through host memory (not CUDA-aware)
 
     def getBackendName(self) -> str:  # noqa: N802 (torch's name)
@@ -103,22 +171,30 @@ class MpiProcessGroup(dist.ProcessGroup):
     def _buffer(self, tensor: torch.Tensor, reduce: bool = False, write: bool = True):
         """An object MPI can read (and write back) for `tensor`: its host memory, a CUDA
         device pointer when the library is CUDA-aware, else a host copy. fp16/bf16 that
-        MPI must reduce travel as fp32 (MPI has no standard half type); the sum of two
-        halves is exact in fp32, so two-rank sums equal gloo's bit for bit."""
-        work = tensor
-        if work.device.type == "cuda":
-            if self.device_pointers and not (reduce and work.dtype in _HALF):
-                torch.cuda.current_stream(work.device).synchronize()  # MPI knows no streams
-            else:
-                work = work.cpu()
-                self.staged += 1
+        MPI must reduce travel as fp32 (MPI has no standard half type), converted where
+        the tensor is; the sum of two halves is exact in fp32, so two-rank sums equal
+        gloo's bit for bit. Autograd has no part in it (megatron all-reduces inside its
+        autograd Functions): MPI sees the detached memory."""
+        work = tensor.detach()
+        copied = False
+        on_device = work.device.type == "cuda"
+        if on_device and not self.device_pointers:
+            work = work.cpu()
+            self.staged += 1
+            copied = True
         if reduce and work.dtype in _HALF:
             work = work.float()
+            copied = True
         elif not work.is_contiguous():
             work = work.contiguous()
+            copied = True
+        if on_device and self.device_pointers:
+            # MPI knows no streams: all queued work, the copies above included, must be done
+            torch.cuda.current_stream(work.device).synchronize()
         yield _mpi_view(work)
-        if write and work is not tensor:
-            tensor.copy_(work)
+        if write and copied:
+            with torch.no_grad():
+                tensor.copy_(work)
 
     # ---- collectives ----------------------------------------------------------------
     @_counted
@@ -302,12 +378,14 @@ def _displs(counts: list[int]) -> list[int]:
 def _mpi_view(tensor: torch.Tensor):
     """A buffer-protocol object over the tensor's memory that MPI can type: numpy for host
     dtypes numpy knows, the raw bits for bf16 (only moved, never reduced, here), the CUDA
-    array interface for device tensors."""
+    array interface for device tensors (which a tensor that requires grad refuses, hence
+    detached)."""
+    tensor = tensor.detach()
     if tensor.device.type == "cuda":
         return tensor if tensor.dtype != torch.bfloat16 else tensor.view(torch.int16)
     if tensor.dtype == torch.bfloat16:
         return tensor.view(torch.int16).numpy()
-    return tensor.detach().numpy()
+    return tensor.numpy()
 
 
 def create(options, backend_options=None) -> MpiProcessGroup:

@@ -4,10 +4,13 @@ Fixed-rate codecs (``Compressor.fixed_nbytes`` not None) encode a chunk of a giv
 dtype into exactly that many bytes, on the chunk's device and without a host sync, so a
 collective sizes every buffer in advance and needs no size exchange. Data-dependent codecs
 (mpc, topk) produce self-describing buffers of varying size; collectives then exchange sizes
-first, in tensors on the payload's device.
+first, in tensors on the payload's device, and a batch of chunks costs one host sync to
+encode (their sizes) and none to decode (the exchanged sizes say where each payload ends).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 
@@ -28,15 +31,23 @@ class ChunkCodec:
         with codec_scope():
             if self.fixed is not None:
                 return self.c.encode_fixed(x, out=out)
-            return self.c.encode(x)
+            return self.c.encode(x.reshape(-1))
+
+    def encode_many(self, count: int, load: Callable[[int], torch.Tensor]) -> list[torch.Tensor]:
+        """The payloads of `count` flat chunks of a variable-size codec, their sizes read
+        from the device in one host sync (Compressor.encode_many)."""
+        with codec_scope():
+            return self.c.encode_many(count, lambda i: load(i).reshape(-1))
 
     def decode(self, payload: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        """Decode into the flat tensor `out` (of numel elements) and return it."""
+        """Decode into the flat tensor `out` (of numel elements) and return it. A
+        variable-size payload must be exactly one message (its size came from the size
+        exchange); its header is then not read on the host."""
         with codec_scope():
             if self.fixed is not None:
                 result = self.c.decode_fixed(payload, self.numel, self.dtype, out=out)
             else:
-                result = self.c.decode(payload)
+                result = self.c.decode_sized(payload, (self.numel,), self.dtype)
         if result is not out:  # a variable-size codec, or one that ignored `out`
             out.copy_(result.reshape(-1))
         return out

@@ -67,3 +67,37 @@ def mpi_environment(c: CompressionConfig) -> dict[str, str]:
     if chosen.compressor == "zfp":
         env["MPIR_CVAR_ZFP_RATE"] = str(chosen.params.get("rate", 16))
     return env
+
+
+# What an MPI library (cluster.mpi_library) needs before it takes CUDA device pointers:
+# MVAPICH2-GDR reads MV2_USE_CUDA; MVAPICH-Plus, built on MPICH 4, reads MPICH's control
+# variables (as for its compression switches above); Open MPI's CUDA support is an MCA
+# parameter; Spectrum MPI's is a jsrun option (SPECTRUM_JSRUN_ARGS); MPICH needs nothing.
+DEVICE_BUFFER_ENV = {
+    "mvapich2-gdr": {"MV2_USE_CUDA": "1"},
+    "mvapich-plus": {"MPIR_CVAR_ENABLE_GPU": "1"},
+    "openmpi": {"OMPI_MCA_opal_cuda_support": "true"},
+}
+SPECTRUM_JSRUN_ARGS = "-gpu"
+
+
+def mpi_carries_device_buffers(cfg: Config) -> bool:
+    """Whether the run hands CUDA tensors to the MPI library: a GPU cluster with a dimension
+    on MPI process groups (engine.group_backends) or compressed by the library."""
+    on_mpi = any(b == "mpi" for b in cfg.engine.group_backends.values())
+    return cfg.cluster.device != "cpu" and (on_mpi or cfg.compression.backend == "mpi")
+
+
+def mpi_device_environment(cfg: Config) -> dict[str, str]:
+    """The library's CUDA switches for the ranks' environment (empty unless the run hands
+    it device buffers, so that other runs start as before)."""
+    if not mpi_carries_device_buffers(cfg):
+        return {}
+    return dict(DEVICE_BUFFER_ENV.get(cfg.cluster.mpi_library, {}))
+
+
+def jsrun_smpiargs(cfg: Config) -> str | None:
+    """jsrun --smpiargs for Spectrum MPI runs that hand it device buffers, else None."""
+    if cfg.cluster.mpi_library == "spectrum" and mpi_carries_device_buffers(cfg):
+        return SPECTRUM_JSRUN_ARGS
+    return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from neoxlab.comm.compression_rules import codec_kernel_warning
 from neoxlab.config import Config
 from neoxlab.files import free_bytes, gib
 from neoxlab.layout import Layout, total_params
@@ -20,9 +21,9 @@ def plan_run(cfg: Config, layout: Layout, argv: list[str] | None = None,
     hook = TASKS[cfg.task.name].plan
     if hook is not None:
         hook(cfg, layout, run_dir)
-    warning = checkpoint_space_warning(cfg, run_dir)
-    if warning:
-        print(f"[neoxlab] warning: {warning}", file=sys.stderr, flush=True)
+    for warning in (checkpoint_space_warning(cfg, run_dir), codec_kernel_warning(cfg)):
+        if warning:
+            print(f"[neoxlab] warning: {warning}", file=sys.stderr, flush=True)
     return run_dir
 
 

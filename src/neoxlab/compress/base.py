@@ -43,6 +43,7 @@ from __future__ import annotations
 import math
 import struct
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
@@ -135,7 +136,7 @@ class Header:
         """Allocate the whole wire buffer with the header written; return (buf, body view)."""
         head = self.pack(body_nbytes)
         buf = torch.empty(len(head) + body_nbytes, dtype=torch.uint8, device=device)
-        buf[: len(head)].copy_(torch.frombuffer(bytearray(head), dtype=torch.uint8))
+        buf[: len(head)].copy_(host_bytes(head, device), non_blocking=True)
         return buf, buf[len(head):]
 
     def join(self, *parts: torch.Tensor) -> torch.Tensor:
@@ -176,6 +177,14 @@ class Header:
         hdr = cls(cid=cid, dtype=CODE_DTYPES[dcode], shape=tuple(shape), param=param,
                   flags=flags)
         return hdr, buf[hlen: hlen + body_nbytes]
+
+
+def host_bytes(data: bytes, device: torch.device) -> torch.Tensor:
+    """`data` as a uint8 host tensor to copy to `device`: pinned for a CUDA device, so that
+    a non-blocking copy is queued without waiting for the device (a copy from pageable
+    memory synchronizes the stream)."""
+    t = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    return t.pin_memory() if device.type == "cuda" else t
 
 
 def encoded_nbytes(buf: torch.Tensor) -> int:
@@ -407,6 +416,35 @@ class Compressor(ABC):
             buf = self._passthrough(flat, hdr)
         self.stats.bytes_out += buf.numel()
         return buf
+
+    def encode_many(self, count: int, load: Callable[[int], torch.Tensor]) -> list[torch.Tensor]:
+        """The messages of `count` tensors, loaded one at a time by load(i) (which may be
+        called again for the same i). Codecs with data-dependent sizes override it to read
+        every message's size from the device at once: one host sync per batch, not one per
+        message."""
+        return [self.encode(load(i)) for i in range(count)]
+
+    def decode_sized(self, buf: torch.Tensor, shape: tuple[int, ...],
+                     dtype: torch.dtype) -> torch.Tensor:
+        """decode() for a receiver that knows the message's shape and dtype and holds
+        exactly its bytes (buf.numel(), host metadata, is its wire size): the header is not
+        read on the host, so a device buffer decodes without a host sync. For codecs whose
+        compressed bodies are always smaller than the raw bytes (gain_required), a body of
+        the raw size is the passthrough. The header is trusted here, not checked: use
+        decode() for buffers of unknown origin."""
+        if not self.gain_required:
+            return self.decode(buf)
+        numel = math.prod(shape)
+        raw_n, hlen = numel * dtype.itemsize, header_nbytes(len(shape))
+        if buf.dim() != 1 or buf.numel() < hlen or buf.numel() - hlen > raw_n:
+            raise WireFormatError(f"{self.name}: a message of {buf.numel()} bytes cannot hold "
+                                  f"{dtype} {list(shape)} (header {hlen}, raw body {raw_n})")
+        body = buf[hlen:]
+        self.stats.decodes += 1
+        if body.numel() == raw_n or dtype not in self.dtypes:
+            return view_as(body, dtype).clone().reshape(shape)
+        hdr = Header(self.cid, dtype, tuple(shape), param=self._header_param(numel))
+        return self._decode(body, hdr).reshape(shape)
 
     def _passthrough(self, flat: torch.Tensor, hdr: Header) -> torch.Tensor:
         self.stats.passthrough += 1

@@ -29,7 +29,8 @@ transposition is its own inverse; the delta is undone by a strided cumulative su
 Host tensors take the indices of non-zero words from NumPy (see _nonzero_1d), slice by
 slice. On a device, encode compacts the whole message at once: one host sync per message
 (the count of non-zero words, which sizes the output; a variable-size format cannot avoid
-it), where the host path syncs per slice and per mixed bit-plane row. Device decode has no
+it), and encode_many reads the counts of a batch of messages (a collective's chunks) in one
+sync; the host path syncs per slice and per mixed bit-plane row. Device decode has no
 host sync (word positions from a cumulative sum of the bitmap); it cannot then check that
 the bitmap and the body agree, which the host path does. A message's data must be on the
 device the codec runs on; NVIDIA's nvCOMP (PyPI nvidia-nvcomp-cu12) is the candidate
@@ -37,6 +38,10 @@ lossless GPU codec where CUDA is present, not integrated here (no GPU to measure
 """
 
 from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -47,12 +52,14 @@ from neoxlab.compress.base import (
     Header,
     WireFormatError,
     check_int,
+    host_bytes,
     view_as,
 )
 from neoxlab.compress.registry import register
 
 _WORD = {2: torch.int16, 4: torch.int32, 8: torch.int64}
 SLICE_WORDS = 1 << 20  # wire format constant: a multiple of every chunk size (16, 32, 64)
+COMPACT_WORDS = 1 << 18  # device compaction: int64 positions of this many words at a time
 # 0x8040201008040201 as a signed int64: multiplying by it places copies of the operand
 # 9 bits apart (no carries), which packs or spreads 8 flags per byte in one multiply
 _SPREAD = 0x8040201008040201 - (1 << 64)
@@ -149,7 +156,7 @@ class Mpc(Compressor):
         npad, nbits = _sizes(n, width)
         budget = n * size - nbits  # the non-zero words must fit in less than this
         if not _host_path(dev):
-            return _encode_on_device(w, dim, width, npad, nbits, budget, hdr)
+            return _encode_on_device(w, dim, hdr)
         bitmap = torch.zeros(nbits, dtype=torch.uint8, device=dev)
         words = torch.empty(n, dtype=wdt, device=dev)  # non-zero words, compacted
         step = min(SLICE_WORDS, npad)
@@ -168,6 +175,45 @@ class Mpc(Compressor):
             kept = _gather_rows(zs.view(width, -1), nz.view(width, -1), counts, words, kept)
         return hdr.join(bitmap, words[:kept].view(torch.uint8))
 
+    def encode_many(self, count: int, load: Callable[[int], torch.Tensor]) -> list[torch.Tensor]:
+        """Device messages: every message's planes first, then all their sizes in one host
+        sync, then the buffers (host messages: one by one, as encode)."""
+        if count == 0:
+            return []
+        first = load(0).detach()
+        if _host_path(first.device):
+            return [self.encode(first), *(self.encode(load(i)) for i in range(1, count))]
+        staged = [self._stage(first if i == 0 else load(i).detach()) for i in range(count)]
+        counts = [p.kept for _, _, p in staged if p is not None]
+        kept = iter(torch.stack(counts).tolist() if counts else [])  # the one host sync
+        return [self._finish(shape, dtype, p, next(kept) if p is not None else 0, load, i)
+                for i, (shape, dtype, p) in enumerate(staged)]
+
+    def _stage(self, x: torch.Tensor) -> tuple[tuple[int, ...], torch.dtype, _Planes | None]:
+        """A device message's shape, dtype and planes (None for what is sent raw whatever
+        the data: dtypes mpc does not code, empty messages)."""
+        if x.dtype not in self.dtypes or x.numel() == 0:
+            return tuple(x.shape), x.dtype, None
+        words = x.contiguous().reshape(-1).view(_WORD[x.element_size()])
+        return tuple(x.shape), x.dtype, _device_planes(words, self.dim)
+
+    def _finish(self, shape: tuple[int, ...], dtype: torch.dtype, planes: _Planes | None,
+                kept: int, load: Callable[[int], torch.Tensor], i: int) -> torch.Tensor:
+        """Message i's buffer once its size is known, with encode's statistics (the
+        message is loaded again only when it goes raw)."""
+        numel = math.prod(shape)
+        self.stats.calls += 1
+        self.stats.bytes_in += numel * dtype.itemsize
+        buf = None
+        if planes is not None:
+            buf = _pack_planes(planes, kept, Header(self.cid, dtype, shape,
+                                                    param=self._header_param(numel)))
+        if buf is None:
+            flat = load(i).detach().contiguous().reshape(-1)
+            buf = self._passthrough(flat, Header(self.cid, dtype, shape))
+        self.stats.bytes_out += buf.numel()
+        return buf
+
     # -- decode ------------------------------------------------------------------------
     def _decode(self, body: torch.Tensor, hdr: Header) -> torch.Tensor:
         size = hdr.dtype.itemsize
@@ -185,8 +231,7 @@ class Mpc(Compressor):
         out = torch.empty(max(npad, -(-n // dim) * dim), dtype=wdt, device=dev)
         step = min(SLICE_WORDS, npad)
         z, t = (torch.empty(step, dtype=wdt, device=dev) for _ in range(2))
-        if not _host_path(dev):
-            zall = _scatter_on_device(bitmap, vals, npad)
+        before = torch.zeros(1, dtype=torch.int64, device=dev)
         used = 0
         for s in range(0, npad, step):
             m = min(step, npad - s)
@@ -198,7 +243,7 @@ class Mpc(Compressor):
                     raise WireFormatError("mpc bitmap marks more words than the body holds")
                 used = _scatter_rows(zs.view(width, -1), nz, counts, vals, used)
             else:
-                zs.copy_(zall[s: s + m])
+                before = _scatter_slice(bitmap, vals, s, zs, before)
             transpose_planes(zs.view(width, m // width), t)
             # un-zigzag: d = (z >>> 1) ^ -(z & 1)
             ts = t[:m]
@@ -235,39 +280,91 @@ def _residual_planes(w: torch.Tensor, s: int, m: int, dim: int, zs: torch.Tensor
     transpose_planes(zm, t)
 
 
-def _encode_on_device(w: torch.Tensor, dim: int, width: int, npad: int, nbits: int,
-                      budget: int, hdr: Header) -> torch.Tensor | None:
-    """Whole-message compaction: one host sync per message (the count of non-zero words,
-    which sizes the output), instead of one per slice and one per mixed bit-plane row."""
-    dev, size = w.device, w.element_size()
+@dataclass
+class _Planes:
+    """One message's transposed residual words on the device, their non-zero flags (packed,
+    the wire's bitmap) and how many are non-zero (a device scalar: reading it is the host
+    sync a variable size costs)."""
+
+    zall: torch.Tensor
+    bitmap: torch.Tensor
+    kept: torch.Tensor
+    npad: int
+    nbits: int
+    budget: int
+
+
+def _slices(npad: int) -> list[tuple[int, int]]:
     step = min(SLICE_WORDS, npad)
+    return [(s, min(step, npad - s)) for s in range(0, npad, step)]
+
+
+def _device_planes(w: torch.Tensor, dim: int) -> _Planes:
+    """The residual planes of a whole message and its bitmap, slice by slice, without a
+    host sync; scratch beside the words: one slice of flags and counts."""
+    dev, size = w.device, w.element_size()
+    width = size * 8
+    npad, nbits = _sizes(w.numel(), width)
     zall = torch.empty(npad, dtype=w.dtype, device=dev)
-    t = torch.empty(step, dtype=w.dtype, device=dev)
-    for s in range(0, npad, step):
-        m = min(step, npad - s)
-        _residual_planes(w, s, m, dim, zall[s: s + m], t)
-    nz = zall != 0
-    pos = torch.cumsum(nz, 0)
-    kept = int(pos[-1])  # the one host sync: the message size
-    if kept * size >= budget:
-        return None  # incompressible: the caller sends it raw
-    buf, body = hdr.alloc(nbits + kept * size, dev)
-    body[npad // 8: nbits].zero_()  # bitmap padding
-    body[: npad // 8].copy_(_pack_flags(nz))
-    words = torch.empty(kept + 1, dtype=w.dtype, device=dev)  # slot kept: the zeros
-    words.scatter_(0, torch.where(nz, pos - 1, kept), zall)
-    body[nbits:].copy_(words[:kept].view(torch.uint8))
-    return buf
+    t = torch.empty(min(SLICE_WORDS, npad), dtype=w.dtype, device=dev)
+    bitmap = torch.zeros(nbits, dtype=torch.uint8, device=dev)  # its padding stays zero
+    kept = torch.zeros((), dtype=torch.int64, device=dev)
+    for s, m in _slices(npad):
+        zs = zall[s: s + m]
+        _residual_planes(w, s, m, dim, zs, t)
+        nz = zs != 0
+        bitmap[s // 8: (s + m) // 8].copy_(_pack_flags(nz))
+        kept += nz.sum()
+    return _Planes(zall, bitmap, kept, npad, nbits, w.numel() * size - nbits)
 
 
-def _scatter_on_device(bitmap: torch.Tensor, vals: torch.Tensor, npad: int) -> torch.Tensor:
-    """All transposed words of a message from its bitmap and non-zero words, without a
-    host sync: word i is vals[(number of set flags before i)] where its flag is set."""
-    nz = _unpack_flags(bitmap)[:npad]
+def _pack_planes(p: _Planes, kept: int, hdr: Header) -> torch.Tensor | None:
+    """The wire buffer of staged planes with `kept` non-zero words (None: incompressible,
+    the caller sends it raw). The words are scattered straight into the buffer, whose
+    storage has one spare word past its end for the zero words to land on; positions are
+    computed COMPACT_WORDS at a time, not as int64 arrays of the whole message."""
+    size = p.zall.element_size()
+    if kept * size >= p.budget:
+        return None
+    dev = p.zall.device
+    head = hdr.pack(p.nbits + kept * size)
+    start = len(head) + p.nbits  # 8-aligned: headers and bitmaps are multiples of 8 bytes
+    full = torch.empty(start + (kept + 1) * size, dtype=torch.uint8, device=dev)
+    full[: len(head)].copy_(host_bytes(head, dev), non_blocking=True)
+    full[len(head): start].copy_(p.bitmap)
+    words = full[start:].view(p.zall.dtype)  # kept words, then the spare one
+    before = torch.zeros(1, dtype=torch.int64, device=dev)  # non-zero words so far
+    for s in range(0, p.npad, COMPACT_WORDS):
+        zs = p.zall[s: s + COMPACT_WORDS]
+        nz = zs != 0
+        pos = torch.cumsum(nz, 0).add_(before - 1)
+        before = pos[-1:] + 1
+        words.scatter_(0, pos.masked_fill_(~nz, kept), zs)
+    return full[: start + kept * size]
+
+
+def _encode_on_device(w: torch.Tensor, dim: int, hdr: Header) -> torch.Tensor | None:
+    """Whole-message compaction: one host sync per message (the count of non-zero words,
+    which sizes the output), instead of one per slice and one per mixed bit-plane row;
+    Mpc.encode_many reads the counts of many messages in one sync."""
+    planes = _device_planes(w, dim)
+    return _pack_planes(planes, int(planes.kept), hdr)  # the one host sync: the size
+
+
+def _scatter_slice(bitmap: torch.Tensor, vals: torch.Tensor, s: int, zs: torch.Tensor,
+                   before: torch.Tensor) -> torch.Tensor:
+    """Transposed words [s, s + len(zs)) of a message from its bitmap and non-zero words,
+    into zs, without a host sync: word i is vals[(set flags before i)] where its flag is
+    set. `before`: the set flags before this slice (device); returns those after it."""
+    nz = _unpack_flags(bitmap[s // 8: (s + zs.numel()) // 8])
     if vals.numel() == 0:
-        return torch.zeros(npad, dtype=vals.dtype, device=vals.device)
-    pos = (torch.cumsum(nz, 0) - 1).clamp_(0, vals.numel() - 1)
-    return torch.where(nz, vals[pos], 0)
+        zs.zero_()
+        return before
+    pos = torch.cumsum(nz, 0).add_(before - 1)
+    after = pos[-1:] + 1
+    torch.index_select(vals, 0, pos.clamp_(0, vals.numel() - 1), out=zs)
+    zs.masked_fill_(~nz, 0)
+    return after
 
 
 def _row_counts(nz: torch.Tensor) -> list[int]:

@@ -100,17 +100,27 @@ def _inv_lift(x, y, z, w):
 # -- ZFP encode -----------------------------------------------------------------------------------
 
 @triton.jit
-def _zfp_encode_kernel(x_ptr, out_ptr, enc_ptr, bitlen_ptr, rows, nblocks,
-                       RATE: tl.constexpr, LANES: tl.constexpr, NBYTES_P2: tl.constexpr):
-    b = tl.program_id(0) * LANES + tl.arange(0, LANES)
-    live = b < nblocks
+def _zfp_blocks(pid, rows, LANES: tl.constexpr):
+    """The ZFP blocks of program `pid` (one per lane) and the source index of each of their
+    16 values: row-major rows of 4 values, 4 rows a block. ZFP pads a last block of
+    nr < 4 rows with rows 0,0,0,0 / 0,1,1,0 / 0,1,2,0. In 64 bits: a message of 2^31
+    values or more would wrap a 32-bit index (decode and int8/int4 are 64-bit too)."""
+    b = pid.to(tl.int64) * LANES + tl.arange(0, LANES)
     cols = tl.arange(0, 16)
-    # ZFP pads a last block of nr < 4 rows with rows 0,0,0,0 / 0,1,1,0 / 0,1,2,0
     nr = tl.minimum(rows - 4 * b, 4)
     y = cols[None, :] // 4
     nr2 = nr[:, None]
     ry = tl.where(y < nr2, y, tl.where(y == 3, 0, tl.where(nr2 == 2, 1, 0)))
     src = (4 * b[:, None] + ry) * 4 + cols[None, :] % 4
+    return b, src
+
+
+@triton.jit
+def _zfp_encode_kernel(x_ptr, out_ptr, enc_ptr, bitlen_ptr, rows, nblocks,
+                       RATE: tl.constexpr, LANES: tl.constexpr, NBYTES_P2: tl.constexpr):
+    b, src = _zfp_blocks(tl.program_id(0), rows, LANES)
+    live = b < nblocks
+    cols = tl.arange(0, 16)
     f = tl.load(x_ptr + src, mask=live[:, None], other=0.0).to(tl.float32)
     a = tl.abs(f)
     bad = tl.max(tl.where((f != f) | (a == float("inf")), 1, 0), axis=1) > 0
@@ -214,7 +224,7 @@ def _zfp_encode_kernel(x_ptr, out_ptr, enc_ptr, bitlen_ptr, rows, nblocks,
             wi == 4, w4[:, None], tl.where(wi == 5, w5[:, None], tl.where(
                 wi == 6, w6[:, None], w7[:, None])))))))
     byte = ((wsel >> ((bcols % 8) * 8)) & 255).to(tl.uint8)
-    tl.store(out_ptr + b[:, None].to(tl.int64) * (2 * RATE) + bcols, byte,
+    tl.store(out_ptr + b[:, None] * (2 * RATE) + bcols, byte,
              mask=live[:, None] & (bcols < 2 * RATE))
 
 

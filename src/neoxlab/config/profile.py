@@ -37,6 +37,18 @@ class LinkProfile:
     full_gbs: float | None = None
 
 
+# Where the fused GPU codecs (Triton kernels) run: Triton publishes wheels for these CPU
+# architectures only; a GPU node of another (Lassen's POWER9, ppc64le) runs the codecs'
+# torch-ops path, about a hundred elementwise kernels per chunk.
+TRITON_ARCHES = ("x86_64", "aarch64")
+FUSED_CODECS = ("zfp", "int8", "int4")
+
+
+def torch_codecs_on(device: str, arch: str) -> bool:
+    """Whether a cluster's GPUs run the codecs' torch-ops path (no Triton for its arch)."""
+    return device != "cpu" and arch not in TRITON_ARCHES
+
+
 @dataclass
 class CodecProfile:
     """Throughput of one compressor on this cluster's device."""
@@ -47,6 +59,10 @@ class CodecProfile:
     # compression ratio for codecs whose ratio depends on the data (mpc); null: from the
     # codec's parameters (zfp rate r: 32/r on fp32, 16/r on fp16/bf16)
     ratio: float | None = None
+    # GB/s of the codec's torch-ops path, which a GPU runs where Triton has no wheel
+    # (cluster.arch); null: the same as encode_gbs/decode_gbs
+    torch_encode_gbs: float | None = None
+    torch_decode_gbs: float | None = None
 
 
 @dataclass

@@ -115,6 +115,9 @@ class ClusterConfig:
     ranks_per_node: int = 8  # one rank per GPU on GPU clusters
     gpus_per_node: int = 0  # devices a node has (0 on CPU-only machines)
     device: str = "cpu"
+    # the compute nodes' CPU architecture: Triton (the fused GPU codecs) ships wheels for
+    # x86_64 and aarch64 only; elsewhere (Lassen's POWER9: ppc64le) codecs run torch ops
+    arch: str = "x86_64"
     device_memory_gib: float = 24.0
     peak_tflops: float = 0.1  # per device, used for MFU
     cores_per_node: int = 2

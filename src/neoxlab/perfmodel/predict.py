@@ -25,13 +25,21 @@ collectives keeps them on the cores (codec_on_path()); the ranks of emulated nod
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 from neoxlab import metrics
 from neoxlab.config import Config, ConfigError
-from neoxlab.config.profile import LinkProfile, MpiCompressionRules, PerfProfile
+from neoxlab.config.profile import (
+    FUSED_CODECS,
+    CodecProfile,
+    LinkProfile,
+    MpiCompressionRules,
+    PerfProfile,
+    torch_codecs_on,
+)
 from neoxlab.layout import Layout, padded_vocab_size, resolve_layout
 from neoxlab.perfmodel import costs, traffic
 from neoxlab.perfmodel.costs import Codec
@@ -260,6 +268,7 @@ def codec_for(cfg: Config, p: PerfProfile, msg: traffic.Message, notes: list[str
             f"{sorted(p.codecs)}); add codecs.{d.compressor} with its source, or predict "
             "without that compressor"
         )
+    profile = kernel_profile(cfg, profile, d.compressor, notes)
     ratio = codec_ratio(d.compressor, d.params, msg.float_bits, profile.ratio)
     if ratio <= 1.0:
         notes.append(f"{msg.dim}: {d.compressor} {d.params} on {msg.float_bits}-bit values "
@@ -291,6 +300,20 @@ def refused_by(rules: MpiCompressionRules, msg: traffic.Message) -> str | None:
     if msg.op == "p2p" and rules.p2p_max_bytes is not None and msg.nbytes > rules.p2p_max_bytes:
         return f"{msg.nbytes:.0f} B is over its point-to-point limit of {rules.p2p_max_bytes} B"
     return None
+
+
+def kernel_profile(cfg: Config, profile: CodecProfile, name: str, notes: list[str]
+                   ) -> CodecProfile:
+    """The codec's throughput as the cluster runs it: its torch-ops path on a GPU without
+    Triton (cluster.arch, e.g. Lassen's ppc64le) when the profile gives one."""
+    c = cfg.cluster
+    if name not in FUSED_CODECS or not torch_codecs_on(c.device, c.arch):
+        return profile
+    enc = profile.torch_encode_gbs or profile.encode_gbs
+    dec = profile.torch_decode_gbs or profile.decode_gbs
+    notes.append(f"{name}: no Triton on cluster.arch={c.arch}, priced at its torch-ops path "
+                 f"({enc:g}/{dec:g} GB/s encode/decode)")
+    return dataclasses.replace(profile, encode_gbs=enc, decode_gbs=dec)
 
 
 def spec_key(name: str, params: dict) -> str:

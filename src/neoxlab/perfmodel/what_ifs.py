@@ -36,12 +36,26 @@ def wire(dtypes: dict[str, str]) -> Callable[[Case], Case]:
 
 
 def codec_speed(case: Case, gbs: float) -> Case:
-    """Every codec at `gbs` GB/s both ways; infinite: free (no per-call cost either)."""
+    """Every codec at `gbs` GB/s both ways, whatever kernel path it would take; infinite:
+    free (no per-call cost either)."""
     p = case.profile
-    codecs = {name: dataclasses.replace(c, encode_gbs=gbs, decode_gbs=gbs,
+    codecs = {name: dataclasses.replace(c, encode_gbs=gbs, decode_gbs=gbs, torch_encode_gbs=None,
+                                        torch_decode_gbs=None,
                                         call_us=0.0 if math.isinf(gbs) else c.call_us)
               for name, c in p.codecs.items()}
     return dataclasses.replace(case, profile=dataclasses.replace(p, codecs=codecs))
+
+
+def fused_kernels(profile: PerfProfile) -> PerfProfile:
+    """The profile with its codecs on fused GPU kernels: no torch-ops fallback priced (on
+    POWER9, the CUDA extension docs/gpus.md describes instead of Triton)."""
+    codecs = {name: dataclasses.replace(c, torch_encode_gbs=None, torch_decode_gbs=None)
+              for name, c in profile.codecs.items()}
+    return dataclasses.replace(profile, codecs=codecs)
+
+
+def fused(case: Case) -> Case:
+    return dataclasses.replace(case, profile=fused_kernels(case.profile))
 
 
 def efficiency(link: str) -> Callable[[Case, float], Case]:
@@ -126,6 +140,13 @@ def assumptions(profile: PerfProfile) -> list[Assumption]:
             Value("neoxlab's codecs (framework)", "assumed: our runs' backend", _same),
             Value("MVAPICH-Plus rules, wire as configured", doc, library({})),
             Value("MVAPICH-Plus rules, all fp32", doc, library(all32)),
+        ]),
+        Assumption("codec kernels on the GPU", [
+            Value("as the cluster runs them (cluster.arch)",
+                  "assumed: torch-ops fallback where Triton has no wheel (ppc64le), its "
+                  "throughput derived, not measured", _same),
+            Value("fused kernels", "assumed: a CUDA extension built on the cluster "
+                  "(docs/gpus.md)", fused),
         ]),
         Assumption("codec GB/s (every codec)", [
             Value("100", mark("codecs.zfp", "assumed"), _same),

@@ -97,7 +97,8 @@ def freeze(cfg: Config, layout: Layout, argv: list[str] | None = None, root: Pat
             "memory_estimate_gib": {
                 "weights": memory.weights / 2**30, "gradients": memory.gradients / 2**30,
                 "optimizer": memory.optimizer / 2**30, "activations": memory.activations / 2**30,
-                "total": memory.total / 2**30,
+                "communication": memory.communication / 2**30,
+                "residuals": memory.residuals / 2**30, "total": memory.total / 2**30,
             },
         },
     )

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TextIO
 
 from neoxlab.config import Config
-from neoxlab.run import rundir
+from neoxlab.run import device, rundir
 from neoxlab.run.progress import Progress
 from neoxlab.run.rankjob import run_rank
 from neoxlab.serve.distributed import init_model_parallel
@@ -57,6 +57,9 @@ def serve(cfg: Config, run_dir: Path, rank: int, world: int, terminal: TextIO | 
 
     check_serve(cfg)
     torch.set_num_threads(cfg.engine.torch_threads)
+    if cfg.cluster.device != "cpu" and torch.cuda.is_available():
+        # the rank's visible GPU made current, LOCAL_RANK to match (as for training)
+        print(f"[serve] device {device.select_device().describe()}", flush=True)
     init_model_parallel(cfg.parallel.tp)
     comm = None
     if world > 1:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from neoxlab.comm.policy import mpi_environment
+from neoxlab.comm.policy import mpi_device_environment, mpi_environment
 from neoxlab.config import Config
 from neoxlab.files import REPO_ROOT
 
@@ -24,4 +24,5 @@ def rank_env(cfg: Config, run_dir: Path) -> dict[str, str]:
     if cfg.cluster.device == "cpu":
         env["DS_ACCELERATOR"] = "cpu"
     env.update(mpi_environment(cfg.compression))  # only when the MPI library compresses
+    env.update(mpi_device_environment(cfg))  # only when it is handed CUDA tensors
     return env

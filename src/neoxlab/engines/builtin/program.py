@@ -9,7 +9,6 @@ The frame around it (logs, markers, status, failure handling) is neoxlab.run.ran
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -29,7 +28,7 @@ from neoxlab.engines.builtin.data import TokenWindows, micro_batches
 from neoxlab.engines.builtin.preemption import StopSignals, signal_name, stop_request_file
 from neoxlab.engines.builtin.reporting import StepReporter
 from neoxlab.layout import Layout, resolve_layout
-from neoxlab.run import rundir
+from neoxlab.run import device, rundir
 from neoxlab.run.rankjob import Preempted, run_rank
 
 HOLD_POLL_S = 0.5  # launch.hold_step: how often the held ranks ask whether to stop
@@ -59,11 +58,15 @@ def init_distributed(cfg: Config, layout: Layout):
     from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
     from megatron.core import parallel_state
 
+    on_gpu = torch.cuda.is_available() and cfg.cluster.device != "cpu"
     backend = cfg.engine.backend
     if backend == "auto":
-        backend = "nccl" if torch.cuda.is_available() and cfg.cluster.device != "cpu" else "gloo"
-    if backend == "nccl":
-        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        backend = "nccl" if on_gpu else "gloo"
+    if on_gpu or backend == "nccl":
+        # the visible GPU of this rank (one per rank under jsrun -g 1), LOCAL_RANK to match:
+        # DeepSpeed calls set_device(LOCAL_RANK) again
+        choice = device.select_device()
+        print(f"[neoxlab] device {choice.describe()}", flush=True)
     timeout = comm_timeout(cfg)
     deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False,
                                **({"timeout": timeout} if timeout else {}))

@@ -34,7 +34,7 @@ from neoxlab.engines.neox.local_rank import align_local_rank
 from neoxlab.engines.neox.metrics import collect_metrics
 from neoxlab.engines.neox.outcome import EndedEarly, early_exit_error
 from neoxlab.engines.neox.render import NEOX_YML
-from neoxlab.run import dist, rundir
+from neoxlab.run import device, dist, rundir
 from neoxlab.run.rankjob import run_rank
 
 
@@ -59,26 +59,39 @@ def train_argv(run_dir: Path, neox_dir: Path) -> list[str]:
 
 def gpu_local_rank(rank: int, node_local_rank: int, device_count: int) -> int:
     """The LOCAL_RANK GPT-NeoX accepts: it selects GPU rank % device_count and asserts that
-    LOCAL_RANK equals it. With one visible GPU per rank (jsrun -g1, srun --gpus-per-task=1)
-    that is 0 on every rank; with all of a node's GPUs visible it is the node-local rank,
-    provided ranks are placed in blocks per node."""
+    LOCAL_RANK equals it, while neoxlab.run.device chooses from the node-local rank. With one
+    visible GPU per rank (jsrun -g1, srun --gpus-per-task=1) both are 0 on every rank; with
+    all of a node's GPUs visible they agree when ranks are placed in blocks per node."""
     if device_count < 1:
         return node_local_rank
-    device = rank % device_count
-    if device_count > 1 and device != node_local_rank % device_count:
+    chosen = device.device_index(node_local_rank, device_count)
+    if rank % device_count != chosen:
         raise RuntimeError(
             f"rank {rank} is node-local rank {node_local_rank} with {device_count} visible GPUs:"
-            f" GPT-NeoX would put it on GPU {device}, shared with another rank of this node; "
-            "place ranks in blocks per node (jsrun -d packed, srun --distribution=block) or "
-            "give each rank one GPU (jsrun -g1 -a1, srun --gpus-per-task=1)"
+            f" GPT-NeoX would put it on GPU {rank % device_count}, shared with another rank of "
+            "this node; place ranks in blocks per node (jsrun -d packed, "
+            "srun --distribution=block) or give each rank one GPU (jsrun -g1 -a1, "
+            "srun --gpus-per-task=1)"
         )
-    return device
+    return chosen
 
 
 def _device_count() -> int:
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def place_rank(info: dist.RankInfo) -> None:
+    """This rank's GPU (neoxlab.run.device, as the builtin engine chooses it) after checking
+    that GPT-NeoX will choose the same; LOCAL_RANK and the launcher's variables aligned
+    (DeepSpeed asserts they agree). Without a GPU only the variables are aligned."""
+    visible = _device_count()
+    local = gpu_local_rank(info.rank, info.local_rank, visible)
+    if visible:
+        device.select_device(info.local_rank)
+    else:
+        align_local_rank(local, info.local_rank)
 
 
 def run_train_py(argv: list[str], neox_dir: Path) -> None:
@@ -126,8 +139,7 @@ def record_provenance(run_dir: Path, neox_dir: Path) -> None:
 def run(cfg: Config, run_dir: Path, info: dist.RankInfo, terminal: TextIO | None) -> None:
     """The rank body inside neoxlab.run.rankjob.run_rank (logs, status and failure handling)."""
     neox_dir = Path(cfg.cluster.neox_dir or "").resolve()
-    local = gpu_local_rank(info.rank, info.local_rank, _device_count())
-    align_local_rank(local, info.local_rank)  # DeepSpeed asserts they agree
+    place_rank(info)
     os.environ[inject.RUN_DIR_ENV] = str(run_dir)
     inject.install_from_env()  # before train.py imports and initializes DeepSpeed
     build_environment(run_dir)  # GPT-NeoX's own makes of megatron/data: the job's python

@@ -1,0 +1,37 @@
+"""Raw collectives of one process playing rank 0 of a group whose peers send what it sends.
+
+Only the wire is simulated: every buffer the compressed collectives allocate is real, so
+their memory and host syncs can be measured on one device (bench/device/op_memory.py,
+bench/device/sync_check.py). The copies are device to device and allocate nothing.
+"""
+
+from __future__ import annotations
+
+
+class LoopbackRaw:
+    """torch.distributed's raw collectives for rank 0 of n ranks: peer j's slot for rank 0
+    is its slot 0, i.e. this rank's own; received point-to-point payloads are zeros (valid
+    for fixed-rate codecs)."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def all_to_all_single(self, out, inp, output_split_sizes=None, input_split_sizes=None,
+                          group=None):
+        k = input_split_sizes[0] if input_split_sizes else inp.numel() // self.n
+        for j in range(self.n):
+            out[j * k: (j + 1) * k].copy_(inp[:k])
+
+    def all_gather_into_tensor(self, out, inp, group=None):
+        k = inp.numel()
+        for j in range(self.n):
+            out[j * k: (j + 1) * k].copy_(inp)
+
+    def broadcast(self, tensor, src, group=None):
+        pass
+
+    def send(self, tensor, dst, group=None):
+        pass
+
+    def recv(self, tensor, src, group=None):
+        tensor.zero_()
