@@ -50,7 +50,7 @@ def test_tp2_run_completes_and_writes_its_results(tp2_run):
     # the kernel really ran: sequential alone decodes each token after a request's first in
     # a step of its own, one kernel call per layer (fused and static add theirs)
     records = [json.loads(line) for line in lines]
-    decoded = sum(len(r["tokens"]) - 1 for r in records if r["engine"] == "sequential")
+    decoded = sum(len(r["tokens"]) - 1 for r in records if r["policy"] == "sequential")
     assert decoded > 0
     assert summary["decode_attention_calls"] >= decoded * summary["model"]["layers"]
     assert "x seq" in proc.stderr + proc.stdout  # the table reached the terminal
