@@ -149,7 +149,7 @@ def assumptions(profile: PerfProfile) -> list[Assumption]:
                   "(docs/gpus.md)", fused),
         ]),
         Assumption("codec GB/s (every codec)", [
-            Value("100", mark("codecs.zfp", "assumed"), _same),
+            Value("as profiled: 100 (fused kernels)", mark("codecs.zfp", "assumed"), _same),
             *[Value(str(v), "assumed: a what-if", lambda c, v=v: codec_speed(c, v))
               for v in (300, 600)],
             Value("free", "assumed: the bound", lambda c: codec_speed(c, math.inf)),
