@@ -11,7 +11,7 @@
 # printed and copied under $OUT. Exits non-zero when any check or speed goal fails. Each
 # section runs under its own timeout; their sum stays under 480 s (a unit test adds them up).
 set -uo pipefail
-cd "$(dirname "$0")/.." || exit 1
+cd "$(dirname "$0")/../.." || exit 1  # the repo root: this script lives in bench/device/
 OUT=${OUT:-/tmp/device-check}
 mkdir -p "$OUT"
 DRY=${DEVICE_CHECK_DRY:-0}

@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 
-SCRIPT = REPO_ROOT / "bench" / "device_check.sh"
+SCRIPT = REPO_ROOT / "bench" / "device" / "device_check.sh"
 SECTIONS = 5
 
 

@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from neoxlab.comm import mpi_group
+from neoxlab.commands.check import check
 from neoxlab.commands.plan import plan_run
 from neoxlab.config.compose import compose_experiment
 from neoxlab.launch import lsf
@@ -184,7 +185,7 @@ DP_ON_MPI = "+engine.group_backends.dp=mpi"
 
 def _lsf_script(tmp_path, overrides):
     cfg = compose_experiment("hybrid_192gpu", [*overrides, "launch.submit=false"])
-    return cfg, lsf.render(cfg, plan_run(cfg, root=tmp_path))
+    return cfg, lsf.render(cfg, plan_run(cfg, check(cfg), root=tmp_path))
 
 
 def test_spectrum_gets_jsrun_gpu_args_when_mpi_groups_carry_cuda_tensors(tmp_path):
