@@ -11,8 +11,6 @@ predicted gains beside the published ones and the sensitivity table
 from __future__ import annotations
 
 import dataclasses
-import os
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -59,7 +57,7 @@ def run_predict(cfg: Config, configs: list[Config], argv: list[str]) -> int:
               flush=True)
         print(f"[neoxlab] table: {results}/tables/{cfg.experiment}.sensitivity.{{md,csv}}",
               flush=True)
-    return draw_figure(cfg.experiment, results)
+    return figures.draw_one("predicted.py", cfg.experiment, results)
 
 
 def write_prediction(cfg: Config, pred: Prediction, argv: list[str], results: Path) -> Path:
@@ -75,16 +73,3 @@ def write_tables(frame: pd.DataFrame, tables: Path, exp: str) -> None:
         write_table(frame, tables / f"{exp}.predicted{suffix}")
     rundir.write_atomic(tables / f"{exp}.predicted.md", report.format_table(frame) + "\n")
     print(f"[neoxlab] table: {tables}/{exp}.predicted.{{parquet,csv,md}}", flush=True)
-
-
-def draw_figure(exp: str, results: Path) -> int:
-    """Run analysis/predicted.py headless, as `make figures` runs every notebook."""
-    notebook = figures.ANALYSIS / "predicted.py"
-    os.environ.update(figures.environment(exp, results))
-    outcome = figures.execute(notebook, exp, results)
-    if outcome.error:
-        print(f"[neoxlab] figure failed: {notebook.name}: {outcome.error}", file=sys.stderr)
-        return 1
-    shown = ", ".join(str(p) for p in outcome.outputs)
-    print(f"[neoxlab] figure: {shown}", flush=True)
-    return 0

@@ -134,6 +134,19 @@ def execute(notebook: Path, exp: str, results: Path) -> Outcome:
     return Outcome(notebook.name, exp, outputs)
 
 
+def draw_one(name: str, exp: str, results: Path) -> int:
+    """One notebook of analysis/ headless for one experiment, as `make figures` runs it (for a
+    task that draws its own figure right after it ran); 1 with the error line if it failed."""
+    notebook = ANALYSIS / name
+    os.environ.update(environment(exp, results))
+    outcome = execute(notebook, exp, results)
+    if outcome.error:
+        print(f"[neoxlab] figure failed: {notebook.name}: {outcome.error}", file=sys.stderr)
+        return 1
+    print(f"[neoxlab] figure: {', '.join(str(p) for p in outcome.outputs)}", flush=True)
+    return 0
+
+
 def _describe(err: CellExecutionError) -> str:
     """The error and the cell that raised it, without the terminal colour codes."""
     text = ANSI.sub("", str(err))

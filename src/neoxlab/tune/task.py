@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import sys
 import time
 from pathlib import Path
 
@@ -113,7 +111,7 @@ def run_tune(cfg: Config, configs: list[Config], argv: list[str]) -> int:
           f"compression={config.stem})", flush=True)
     print(f"[neoxlab] table: {paths[0].with_suffix('')}.{{parquet,csv,md}}; tuner wall time "
           f"{out.cost_s['total']:.1f} s", flush=True)
-    return draw_figure(cfg.experiment, results)
+    return figures.draw_one("tune.py", cfg.experiment, results)
 
 
 def user_overrides(argv: list[str]) -> list[str]:
@@ -276,16 +274,3 @@ def _run_problems(cfg: Config, layout: Layout, run: Run, scheme: Scheme) -> list
         carried = sum(payload_bytes(c, "tx") for c in uplinks.values())
         problems += guard.uplink_problems(carried, accounted)
     return problems
-
-
-def draw_figure(exp: str, results: Path) -> int:
-    """analysis/tune.py headless, as `make figures EXP=<exp>` runs it."""
-    notebook = figures.ANALYSIS / "tune.py"
-    os.environ.update(figures.environment(exp, results))
-    outcome = figures.execute(notebook, exp, results)
-    if outcome.error:
-        print(f"[neoxlab] figure failed: {notebook.name}: {outcome.error}", file=sys.stderr)
-        return 1
-    print(f"[neoxlab] figure: {', '.join(str(p) for p in outcome.outputs)}", flush=True)
-    return 0
-
