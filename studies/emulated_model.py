@@ -22,9 +22,7 @@ import dataclasses
 import json
 import math
 import statistics
-import subprocess
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +33,6 @@ from neoxlab.config.profile import CodecProfile
 from neoxlab.emulated import model as em
 from neoxlab.emulated.sweep import LAYOUTS, TABLE, codec_s, read_jsonl, step_collectives
 from neoxlab.perfmodel.predict import predict
-from neoxlab.run import rundir
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -54,23 +51,13 @@ def omb_runs(results: Path, rates: list[str], flows: list[int], nodes: list[int]
     """The `newest` emulated_omb runs at each rate, flow count and node count (--measure adds
     one at each first): every rate and flow count on 2 nodes, every rate also on more nodes
     with one flow each."""
-    root = results / "emulated_omb"
     points = [(r, f, 2) for r in rates for f in flows]
     points += [(r, 1, n) for r in rates for n in nodes if n != 2]
     if measure:
-        for rate, f, n in points:
-            cmd = [sys.executable, "-m", "neoxlab", "experiment=emulated_omb",
-                   f"cluster.emulated.inter.rate_mbit={'null' if rate == 'none' else rate}",
-                   f"cluster.nodes={n}", f"cluster.ranks_per_node={f}",
-                   f"omb.groups={f}", f"launch.results_dir={results}"]
-            subprocess.run(cmd, cwd=REPO, check=True, capture_output=True, text=True)
-    found: dict[em.FitKey, list[Path]] = defaultdict(list)
-    for run_dir in sorted(root.iterdir()) if root.exists() else []:  # newest last
-        if (run_dir / "omb.jsonl").exists():
-            cfg = rundir.load_config(run_dir)
-            key = (_rate(cfg.cluster.emulated.inter.rate_mbit), cfg.omb.groups,
-                   cfg.cluster.nodes)
-            found[key].append(run_dir)
+        for point in points:
+            em.run_omb(point, results)
+    root = results / "emulated_omb"
+    found = em.find_omb_runs(root)
     missing = [p for p in points if p not in found]
     if missing:
         raise SystemExit(f"no emulated_omb run at (rate, flows, nodes) {missing} under {root}: "
@@ -91,10 +78,6 @@ def model_codecs(results: Path, local: dict[str, CodecProfile], measure: bool
         if set(CODEC_SPECS) <= set(saved):
             return codecs | {k: CodecProfile(**saved[k]) for k in CODEC_SPECS}
     return codecs | {name: measure_codec(spec)[0] for name, spec in CODEC_SPECS.items()}
-
-
-def _rate(value: float | None) -> str:
-    return "none" if value is None else f"{value:g}"
 
 
 def read_rows(path: Path) -> list[dict]:

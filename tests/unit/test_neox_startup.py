@@ -18,16 +18,16 @@ import pytest
 
 from neoxlab.config.compose import compose_experiment
 from neoxlab.engines.neox.data_helpers import build_environment, python_wrapper
-from neoxlab.engines.neox.local_rank import (
-    LAUNCHER_LOCAL_RANK_VARS,
-    NODE_LOCAL_RANK_ENV,
-    align_local_rank,
-)
 from neoxlab.engines.neox.outcome import early_exit_error
 from neoxlab.engines.neox.render import render_neox_config
 from neoxlab.engines.neox.rules import validate_neox
 from neoxlab.engines.neox.toolchain import toolchain_problem, torch_cxx_standard
 from neoxlab.layout import resolve_layout
+from neoxlab.run.device import (
+    LAUNCHER_LOCAL_RANK_VARS,
+    NODE_LOCAL_RANK_ENV,
+    align_local_rank,
+)
 
 # What each launcher exports on the third rank of a node (node-local rank 2).
 LAUNCHER_ENVS = {

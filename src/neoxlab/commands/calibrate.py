@@ -48,12 +48,12 @@ from neoxlab.config.profile import PerfProfile
 from neoxlab.files import REPO_ROOT, now
 from neoxlab.launch.local import mpiexec_path
 from neoxlab.layout import resolve_layout
+from neoxlab.perfmodel.codec_timing import measure_codec
 from neoxlab.perfmodel.fit import fit_alpha_beta, nonnegative_lstsq
 from neoxlab.perfmodel.predict import _predict
 from neoxlab.perfmodel.stretch import Sampler, during_steps
 from neoxlab.run import rundir
 from neoxlab.tune import insitu
-from neoxlab.tune.codec_timing import measure_codec
 
 # The calibration runs (neox_small, data parallel on 4 ranks, overrides of experiment
 # local_3d): micro-batches of 1 and 4 sequences separate the FLOP rate from the per-layer

@@ -46,18 +46,22 @@ import dataclasses
 import json
 import math
 import statistics
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from neoxlab.config import Config
+from neoxlab.config import Config, ConfigError
 from neoxlab.config.compose import compose_experiment
 from neoxlab.config.profile import CodecProfile, LinkProfile, PerfProfile
+from neoxlab.files import REPO_ROOT
 from neoxlab.layout import resolve_layout
 from neoxlab.perfmodel.fit import BANDWIDTH_BENCHMARKS, fit_alpha_beta, steps_and_bytes
 from neoxlab.perfmodel.predict import Prediction, _predict
 from neoxlab.perfmodel.resolve import resolve_profile
+from neoxlab.run import rundir
 
 UNSHAPED = "none"
 # the payload share of a full TCP segment's frame: 1448 bytes (MSS with timestamps, MTU 1500)
@@ -79,6 +83,32 @@ def read_omb(run_dir: Path) -> list[dict]:
 
 
 SUSTAINED_FROM = 1 << 20  # bytes: the sizes the sustained rate is fitted on
+
+
+def find_omb_runs(root: Path) -> dict[FitKey, list[Path]]:
+    """Finished emulated_omb run dirs by (rate, flows, nodes), oldest first."""
+    found: dict[FitKey, list[Path]] = {}
+    for run_dir in sorted(root.iterdir()) if root.exists() else []:
+        if (run_dir / "omb.jsonl").exists():
+            c = rundir.load_config(run_dir)
+            rate = c.cluster.emulated.inter.rate_mbit
+            key = ("none" if rate is None else f"{rate:g}", c.omb.groups, c.cluster.nodes)
+            found.setdefault(key, []).append(run_dir)
+    return found
+
+
+def run_omb(point: FitKey, results: Path, timeout_s: float | None = None) -> None:
+    """One emulated_omb run at a fit point (rate, flows, nodes) under `results`."""
+    rate, flows, nodes = point
+    cmd = [sys.executable, "-m", "neoxlab", "experiment=emulated_omb",
+           f"cluster.emulated.inter.rate_mbit={'null' if rate == 'none' else rate}",
+           f"cluster.nodes={nodes}", f"cluster.ranks_per_node={flows}", f"omb.groups={flows}",
+           f"launch.results_dir={results}"]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=timeout_s)
+    if proc.returncode:
+        raise ConfigError(f"{' '.join(cmd)} failed ({proc.returncode}): "
+                          f"{(proc.stderr or proc.stdout)[-1500:]}")
 
 
 def fit_rate(rows: list[dict], nodes: int = 2) -> LinkProfile:

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import socket
-import subprocess
-import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,11 +31,11 @@ from neoxlab.compress import parse_spec
 from neoxlab.config import Config, ConfigError
 from neoxlab.config.profile import CodecProfile, PerfProfile
 from neoxlab.emulated import model as em
-from neoxlab.files import REPO_ROOT, now
+from neoxlab.files import now
+from neoxlab.perfmodel.codec_timing import measure_codec
 from neoxlab.perfmodel.predict import spec_key
 from neoxlab.perfmodel.resolve import check_profile, resolve_profile
 from neoxlab.run import rundir
-from neoxlab.tune.codec_timing import measure_codec
 
 INSITU = Path("calibration") / "insitu"  # under launch.results_dir
 SHAPED_FIT = "200"  # Mbit/s: the shaped fit of an unshaped experiment (UplinkModel needs one)
@@ -191,38 +189,13 @@ def omb_runs(cfg: Config, results: Path, measure: bool, newest: int = 3
     points = fit_points(cfg)
     if measure:
         for point in points:
-            run_omb(point, results)
-    found = find_omb_runs(results / "emulated_omb")
+            em.run_omb(point, results, OMB_TIMEOUT_S)
+    found = em.find_omb_runs(results / "emulated_omb")
     missing = [p for p in points if p not in found]
     if missing:
         raise ConfigError(f"no emulated_omb run at (rate, flows, nodes) {missing} under "
                           f"{results / 'emulated_omb'}; measure them")
     return {p: found[p][-newest:] for p in points}
-
-
-def find_omb_runs(root: Path) -> dict[em.FitKey, list[Path]]:
-    """Finished emulated_omb run dirs by (rate, flows, nodes), oldest first."""
-    found: dict[em.FitKey, list[Path]] = {}
-    for run_dir in sorted(root.iterdir()) if root.exists() else []:
-        if (run_dir / "omb.jsonl").exists():
-            c = rundir.load_config(run_dir)
-            rate = c.cluster.emulated.inter.rate_mbit
-            key = ("none" if rate is None else f"{rate:g}", c.omb.groups, c.cluster.nodes)
-            found.setdefault(key, []).append(run_dir)
-    return found
-
-
-def run_omb(point: em.FitKey, results: Path) -> None:
-    rate, flows, nodes = point
-    cmd = [sys.executable, "-m", "neoxlab", "experiment=emulated_omb",
-           f"cluster.emulated.inter.rate_mbit={'null' if rate == 'none' else rate}",
-           f"cluster.nodes={nodes}", f"cluster.ranks_per_node={flows}", f"omb.groups={flows}",
-           f"launch.results_dir={results}"]
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True,
-                          timeout=OMB_TIMEOUT_S)
-    if proc.returncode:
-        raise ConfigError(f"{' '.join(cmd)} failed ({proc.returncode}): "
-                          f"{(proc.stderr or proc.stdout)[-1500:]}")
 
 
 def write_into(run_dir: Path, insitu: InSitu) -> Path:

@@ -30,7 +30,6 @@ from neoxlab.engines.builtin.preemption import stop_request_file
 from neoxlab.engines.neox import inject
 from neoxlab.engines.neox.data_helpers import build_data_helpers, build_environment
 from neoxlab.engines.neox.launch import LOCK_FILE, read_lock
-from neoxlab.engines.neox.local_rank import align_local_rank
 from neoxlab.engines.neox.metrics import collect_metrics
 from neoxlab.engines.neox.outcome import EndedEarly, early_exit_error
 from neoxlab.engines.neox.render import NEOX_YML
@@ -91,7 +90,7 @@ def place_rank(info: dist.RankInfo) -> None:
     if visible:
         device.select_device(info.local_rank)
     else:
-        align_local_rank(local, info.local_rank)
+        device.align_local_rank(local, info.local_rank)
 
 
 def run_train_py(argv: list[str], neox_dir: Path) -> None:
