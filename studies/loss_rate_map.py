@@ -14,7 +14,9 @@ with the runs it lacks, across sessions. Seed by seed, baselines first.
 
 Writes results/tables/loss_rate_map.rate_map.csv (precision, dim, codec: mean |loss - the
 same-seed baseline| over the second half, mean over seeds, the baseline's seed spread over
-the same steps, the proxy error, hurts = deviation > spread) and .curves.csv (every step);
+the same steps, the proxy error, hurts = deviation > spread), .curves.csv (every step) and
+.budget.csv: per dimension the error budget the map supports for task=tune's proxy (the
+largest proxy error of a harmless codec below every harmful codec's; `budgets()`);
 `make figures EXP=loss_rate_map` draws the map.
 """
 
@@ -108,6 +110,23 @@ def proxy_error(run_dir: Path, dim: str, codec: str) -> float | None:
     return relative_error(codec, load(run_dir).get(dim, []))
 
 
+def budgets(rows: list[dict]) -> list[dict]:
+    """Per dimension: the largest proxy error of a codec within the seed spread that is below
+    the smallest proxy error of any codec that hurts. The proxy need not order codecs as the
+    loss does (int4 and ZFP err in different ways), so a harmless codec above a harmful one
+    does not raise the budget. None when no harmless codec is below every harmful one."""
+    out = []
+    for dim in dict.fromkeys(r["dim"] for r in rows):
+        mine = [r for r in rows if r["dim"] == dim and r["proxy_error"] is not None]
+        harmful = [r["proxy_error"] for r in mine if r["hurts"]]
+        limit = min(harmful, default=float("inf"))
+        harmless = [r["proxy_error"] for r in mine if not r["hurts"] and r["proxy_error"] < limit]
+        out.append({"dim": dim, "budget": max(harmless, default=None),
+                    "smallest_harmful_proxy": None if not harmful else limit,
+                    "codecs": len(mine)})
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -168,7 +187,8 @@ def main() -> int:
                              "hurts": float(np.mean(devs)) > spread})
     tables = args.results / "tables"
     tables.mkdir(parents=True, exist_ok=True)
-    for name, data in (("rate_map", rows), ("curves", curves)):
+    budget = budgets(rows)
+    for name, data in (("rate_map", rows), ("curves", curves), ("budget", budget)):
         if data:
             with (tables / f"{EXP}.{name}.csv").open("w", newline="") as f:
                 writer = csv.DictWriter(f, fieldnames=list(data[0]))
@@ -179,6 +199,9 @@ def main() -> int:
         print(f"{r['precision']} {r['dim']:<4} {r['codec']:<11} deviation {r['deviation']:.4f} "
               f"(seed spread {r['seed_spread']:.4f}, {r['seeds']} seeds) proxy {err}: "
               f"{'hurts' if r['hurts'] else 'within the seed spread'}")
+    for b in budget:
+        print(f"tune.error_budget.{b['dim']}={b['budget']} (smallest harmful proxy "
+              f"{b['smallest_harmful_proxy']}, {b['codecs']} codecs)")
     print(f"table: {tables / f'{EXP}.rate_map.csv'}")
     return 0
 
