@@ -43,11 +43,15 @@ FP32_SPECS = {"none": 0.0, "mpc": 0.0, "fp16": 2e-3, "int8": 0.05, "zfp:rate=8":
 HALF_SPECS = {"none": 0.0, "mpc": 0.0, "int8": 0.05, "zfp:rate=8": 0.05}
 EF_SPEC, EF_STEPS = "zfp:rate=2", 8
 LOSS_SCALE = 1024.0
+CHECKS_FAILED = 2  # a rank's exit code when it ran to the end and some check failed
 
 
 # ---- launcher ------------------------------------------------------------------------------
 def launch(argv: list[str], timeout: float) -> int:
-    """Start RANKS copies of this program with --rank; 0 when every one exits 0 in time."""
+    """Start RANKS copies of this program with --rank; 0 when every one exits 0 in time.
+    A rank that fails its checks exits CHECKS_FAILED after the others are done with it; any
+    other failure (an exception) would leave the others waiting in a collective, so they are
+    ended at once."""
     from neoxlab.run.dist import free_port
 
     port = str(free_port())
@@ -55,12 +59,15 @@ def launch(argv: list[str], timeout: float) -> int:
                                "--port", port]) for r in range(RANKS)]
     deadline = time.monotonic() + timeout
     codes: list[int | None] = [None] * RANKS
-    while None in codes and time.monotonic() < deadline:
+    crashed = False
+    while None in codes and time.monotonic() < deadline and not crashed:
         codes = [p.poll() for p in procs]
+        crashed = any(code not in (None, 0, CHECKS_FAILED) for code in codes)
         time.sleep(0.2)  # polling the children's exit, not synchronizing with them
     for rank, (proc, code) in enumerate(zip(procs, codes, strict=True)):
         if code is None:
-            print(f"rank {rank}: still running after {timeout:.0f} s; killed", flush=True)
+            why = "a rank crashed" if crashed else f"still running after {timeout:.0f} s"
+            print(f"rank {rank}: {why}; killed", flush=True)
             proc.kill()
             proc.wait()
     ok = all(code == 0 for code in codes)
@@ -339,7 +346,7 @@ def rank_main(args: argparse.Namespace) -> int:
     print(f"rank {args.rank}: {checks.passed} checks passed, {len(checks.failed)} failed "
           f"({time.perf_counter() - start:.1f} s)", flush=True)
     dist.destroy_process_group()
-    return 1 if checks.failed else 0
+    return CHECKS_FAILED if checks.failed else 0
 
 
 def main(argv: list[str] | None = None) -> int:
