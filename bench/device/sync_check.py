@@ -9,6 +9,10 @@ the host is counted instead (item, tolist, cpu, bool, int, float, index, nonzero
 codecs' device paths forced. One process plays rank 0 of a loopback group
 (bench/device/loopback.py). Exits 1 when a fixed-rate op syncs or a data-dependent one
 syncs more than MAX_PER_SEGMENT times a segment.
+
+The fixed-rate ops then run once more with syncs forbidden: on CUDA under
+torch.cuda.set_sync_debug_mode("error") (any synchronizing call raises), on CPU with every
+host read raising; an op that raises fails the check.
 """
 
 from __future__ import annotations
@@ -64,6 +68,47 @@ def counted_syncs(device) -> Iterator[list[int]]:
             setattr(owner, name, original)
 
 
+@contextlib.contextmanager
+def forbidden_syncs(device) -> Iterator[None]:
+    """Any host sync inside raises RuntimeError (CUDA: torch's "error" sync debug mode; CPU:
+    the host reads counted_syncs counts)."""
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            yield
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        return
+
+    def raising(name):
+        def run(*args, **kwargs):
+            raise RuntimeError(f"host sync: {name}")
+        return run
+
+    patched = {(owner, name): getattr(owner, name)
+               for owner, name in [(torch.Tensor, m) for m in READS] + [(torch, "nonzero")]}
+    for owner, name in patched:
+        setattr(owner, name, raising(name))
+    try:
+        yield
+    finally:
+        for (owner, name), original in patched.items():
+            setattr(owner, name, original)
+
+
+def raises_on_sync(device, call: Callable[[], object]) -> str | None:
+    """The error a call raises with syncs forbidden, or None."""
+    try:
+        with forbidden_syncs(device):
+            call()
+    except RuntimeError as err:
+        return str(err).splitlines()[0][:80]
+    return None
+
+
 def calls(device, mib: int, n: int, spec: str) -> Iterator[tuple[str, Callable[[], object]]]:
     import torch
 
@@ -107,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     numel = args.mib * MIB // 4
     whole = len(segments(numel, 4))
     bad = 0
-    print(f"{'codec':16} {'op':16} {'syncs':>6} {'segments':>8}  verdict")
+    print(f"{'codec':16} {'op':16} {'syncs':>6} {'segments':>8}  verdict"
+          f"  (fixed rate: then with syncs forbidden)")
     fixed = [s + ",impl=torch" if device.type == "cpu" and s.startswith("zfp") else s
              for s in FIXED]
     for spec in fixed + VARIABLE:
@@ -120,9 +166,12 @@ def main(argv: list[str] | None = None) -> int:
             segs = whole if op not in ("all_gather",) else len(segments(numel // args.ranks, 4))
             limit = 0 if spec in fixed else MAX_PER_SEGMENT * segs
             ok = box[0] <= limit
-            bad += not ok
+            raised = raises_on_sync(device, call) if spec in fixed else None
+            bad += (not ok) + (raised is not None)
+            forbidden = "" if spec not in fixed else (
+                "  error mode: ok" if raised is None else f"  error mode RAISED: {raised}")
             print(f"{spec:16} {op:16} {box[0]:6d} {segs:8d}  "
-                  f"{'ok' if ok else f'OVER {limit}'}", flush=True)
+                  f"{'ok' if ok else f'OVER {limit}'}{forbidden}", flush=True)
     print(f"sync_check: {'OK' if not bad else f'{bad} op(s) over their limit'}")
     return 1 if bad else 0
 

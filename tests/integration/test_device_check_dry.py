@@ -1,6 +1,6 @@
 """bench/device/device_check.sh, the acceptance run for a lent GPU, as a CPU dry run
 (DEVICE_CHECK_DRY=1): every Python part runs, so a typo cannot waste the one GPU run; and
-its section timeouts add up to less than the 480 s a device run may take."""
+its section time limits add up to less than the 480 s a device run may take."""
 
 from __future__ import annotations
 
@@ -13,13 +13,18 @@ import pytest
 from tests.conftest import REPO_ROOT
 
 SCRIPT = REPO_ROOT / "bench" / "device" / "device_check.sh"
-SECTIONS = 5
+SECTIONS = 7
+RANK_TALLY = re.compile(r"^rank (\d): (\d+) checks passed, (\d+) failed", re.M)
 
 
 def test_section_timeouts_add_up_to_less_than_480_s():
-    timeouts = [int(t) for t in re.findall(r"^\s*timeout (\d+) ", SCRIPT.read_text(), re.M)]
-    assert len(timeouts) == SECTIONS
-    assert sum(timeouts) < 480, timeouts
+    text = SCRIPT.read_text()
+    limits = [int(t) for t in re.findall(r"^\s*limit (\d+) ", text, re.M)]
+    assert len(limits) == SECTIONS
+    assert sum(limits) < 480, limits
+    # every section runs under its limit: no bare timeout or unlimited Python part
+    assert not re.findall(r"^\s*timeout \d", text, re.M)
+    assert len(re.findall(r'^\s*limit \d+ "\$PY" ', text, re.M)) == SECTIONS
 
 
 @pytest.mark.timeout(900)
@@ -36,3 +41,14 @@ def test_the_dry_run_passes_every_section(tmp_path):
     assert "device_check_collectives: OK" in text and "sync_check: OK" in text
     assert "== device_check: OK" in text
     assert (tmp_path / "op_memory.txt").read_text().count("\n") > 10
+    # host syncs forbidden on the fixed-rate path: every fp16 op ran in that mode
+    assert (tmp_path / "sync_check.txt").read_text().count("error mode: ok") >= 5
+    # the 4-process exchange: every rank ran its checks and none failed
+    tallies = RANK_TALLY.findall((tmp_path / "exchange.txt").read_text())
+    assert sorted(int(rank) for rank, _, _ in tallies) == [0, 1, 2, 3], tallies
+    assert all(int(passed) > 100 and failed == "0" for _, passed, failed in tallies), tallies
+    assert "exchange_check: OK" in text
+    # the training run: finite losses and compressed DP all-reduces
+    train = (tmp_path / "train_step.txt").read_text()
+    assert "train_step: OK" in train
+    assert int(re.search(r"'compressed_calls': (\d+)", train).group(1)) > 0
