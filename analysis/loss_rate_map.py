@@ -5,6 +5,7 @@
 # |loss - the same-seed baseline| over the second half of training, mean over seeds; dashed:
 # the baseline's own seed spread over the same steps. Above it, the codec hurts.
 # experiments: loss_rate_map
+# needs runs: no
 # outputs: figures/{exp}.rate_map.png, figures/{exp}.rate_map.pdf
 
 # %%

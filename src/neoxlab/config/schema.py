@@ -296,10 +296,12 @@ class TuneConfig:
                           "(docs/measurements/2026-11-30-perfmodel-validation.md)")
     # stage (a): relative error ||x - x'|| / ||x|| a codec may cause on a dimension's tensors
     error_budget: dict[str, float] = field(default_factory=lambda: {
-        "tp": 0.032, "pp": 0.032, "dp": 0.032, "zero": 0.032})
-    budget_source: str = ("ZFP rate 8 on every dimension kept neox_small's loss in the "
-                          "baseline's seed band (docs/measurements/2026-12-02-loss-study.md); "
-                          "8 x 2^-8 = 0.031 bounds rate 8's relative error (compress/zfp.py)")
+        "tp": 0.11, "pp": 0.11, "dp": 0.33, "zero": 0.063})
+    budget_source: str = ("the loss-vs-rate map (neox_tiny, TP=2 x DP=2, 3 seeds x 150 steps): "
+                          "per dimension the largest proxy error of a codec whose loss stayed "
+                          "in the seed spread, below every codec's that left it "
+                          "(docs/measurements/2026-12-04-loss-rate-map.md); pp, which the map "
+                          "has no traffic for, takes TP's (activations both): an assumption")
     measure: bool = True  # false: predicted only (no capture, no probes; proxy on synthetic data)
     capture_tensors: int = 0  # > 0: the compression patch saves this many tensors per dimension
     capture_max_numel: int = 1 << 18  # a captured tensor's first elements kept
