@@ -8,7 +8,7 @@ synchronizing call); on CPU, where nothing waits, every call that reads a tensor
 the host is counted instead (item, tolist, cpu, bool, int, float, index, nonzero), with the
 codecs' device paths forced. One process plays rank 0 of a loopback group
 (bench/device/loopback.py). Exits 1 when a fixed-rate op syncs or a data-dependent one
-syncs more than its bound (limit): one a call; the all-to-all all-reduce two (its second
+syncs more than its bound (call_limit): one a call; the all-to-all all-reduce two (its second
 phase encodes sums that exist only after the first), and with error feedback one plus one
 per segment (the residual update keeps each segment's phases together).
 """
@@ -91,7 +91,7 @@ def calls(device, mib: int, n: int, spec: str) -> Iterator[tuple[str, Callable[[
     yield "broadcast", lambda: cc.broadcast(raw, c, x.clone(), 0, 0, None)
 
 
-def limit(op: str, segs: int) -> int:
+def call_limit(op: str, segs: int) -> int:
     """Host syncs a call of a data-dependent codec may make (the module docstring says why)."""
     return {"all_reduce": 2, "all_reduce (EF)": 1 + segs}.get(op, 1)
 
@@ -125,11 +125,11 @@ def main(argv: list[str] | None = None) -> int:
             with counted_syncs(device) as box:
                 call()
             segs = whole if op not in ("all_gather",) else len(segments(numel // args.ranks, 4))
-            most = 0 if spec in fixed else limit(op, segs)
-            ok = box[0] <= most
+            limit = 0 if spec in fixed else call_limit(op, segs)
+            ok = box[0] <= limit
             bad += not ok
             print(f"{spec:16} {op:16} {box[0]:6d} {segs:8d}  "
-                  f"{'ok' if ok else f'OVER {most}'}", flush=True)
+                  f"{'ok' if ok else f'OVER {limit}'}", flush=True)
     print(f"sync_check: {'OK' if not bad else f'{bad} op(s) over their limit'}")
     return 1 if bad else 0
 
