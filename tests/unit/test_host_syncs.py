@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from neoxlab.comm import collectives as cc
-from neoxlab.compress import make_compressor, mpc, topk
+from neoxlab.compress import Compressor, make_compressor, mpc, topk
 
 READS = ("item", "tolist", "cpu", "__bool__", "__int__", "__float__", "__index__", "nonzero")
 
@@ -233,3 +233,18 @@ def test_error_feedback_all_reduce_syncs(device_paths, spec, algorithm):
         cc.all_reduce(Wire(4), make_compressor(spec), x, None, 4, residual, algorithm,
                       segment_bytes=CALL_SEG_BYTES)
     assert sum(counts.values()) <= (1 + CALL_SEGMENTS if algorithm == "alltoall" else 1)
+
+
+@pytest.mark.parametrize("spec", ["mpc", "topk:ratio=0.01"])
+def test_sizing_without_syncs_leaves_every_result_as_plain_encode_gives_it(device_paths, spec,
+                                                                            monkeypatch):
+    """The codecs' sync-free sizing against the base class's (which encodes each message
+    to learn its size): every op's result is bit-identical."""
+    fast = {op: one_call(op, spec, 4)[2] for op in OPS}
+    codec = type(make_compressor(spec))
+    monkeypatch.setattr(codec, "payload_sizes", Compressor.payload_sizes)
+    monkeypatch.setattr(codec, "encode_sized", Compressor.encode_sized)
+    for op in OPS:
+        syncs, _, plain = one_call(op, spec, 4)
+        assert syncs > bound(op) or op == "recv"  # the plain path ran (recv encodes none)
+        assert torch.equal(plain.view(torch.int32), fast[op].view(torch.int32)), op
