@@ -85,7 +85,7 @@ limit 40 "$PY" bench/device/op_memory.py --device "$DEV" --mib "$(( MIB > 1 ? 32
   2>&1 | tee "$OUT/op_memory.txt" || status=1
 
 echo "== 5. host syncs: none on the fixed-rate path (counted, then forbidden: sync debug mode"
-echo "   \"error\"), a few per segment for mpc/topk"
+echo "   \"error\"), one a call for mpc/topk (two for the all-to-all all-reduce)"
 # shellcheck disable=SC2086  # SYNC_SPECS: one word per codec
 limit 50 "$PY" bench/device/sync_check.py --device "$DEV" --mib "$(( MIB > 1 ? 8 : 1 ))" \
   ${SYNC_SPECS:+--specs $SYNC_SPECS} 2>&1 | tee "$OUT/sync_check.txt" || status=1

@@ -3,9 +3,10 @@
 Fixed-rate codecs (``Compressor.fixed_nbytes`` not None) encode a chunk of a given numel and
 dtype into exactly that many bytes, on the chunk's device and without a host sync, so a
 collective sizes every buffer in advance and needs no size exchange. Data-dependent codecs
-(mpc, topk) produce self-describing buffers of varying size; collectives then exchange sizes
-first, in tensors on the payload's device, and a batch of chunks costs one host sync to
-encode (their sizes) and none to decode (the exchanged sizes say where each payload ends).
+(mpc, topk) produce self-describing buffers of varying size: a collective first sizes every
+chunk of the call on the device (``sizes``), exchanges the size table by a fixed-size
+collective, reads it on the host once, then encodes each chunk knowing its size
+(``encode_sized``) and decodes knowing where each payload ends: no other host sync.
 """
 
 from __future__ import annotations
@@ -33,11 +34,17 @@ class ChunkCodec:
                 return self.c.encode_fixed(x, out=out)
             return self.c.encode(x.reshape(-1))
 
-    def encode_many(self, count: int, load: Callable[[int], torch.Tensor]) -> list[torch.Tensor]:
-        """The payloads of `count` flat chunks of a variable-size codec, their sizes read
-        from the device in one host sync (Compressor.encode_many)."""
+    def sizes(self, count: int, load: Callable[[int], torch.Tensor]) -> torch.Tensor:
+        """The payload sizes of `count` flat chunks of a variable-size codec, as an int64
+        tensor on their device (no host sync)."""
         with codec_scope():
-            return self.c.encode_many(count, lambda i: load(i).reshape(-1))
+            return self.c.payload_sizes(count, lambda i: load(i).reshape(-1))
+
+    def encode_sized(self, x: torch.Tensor, nbytes: int) -> torch.Tensor:
+        """The payload of flat chunk x of a variable-size codec, whose size `sizes` gave
+        and the host has read (no host sync)."""
+        with codec_scope():
+            return self.c.encode_sized(x.reshape(-1), nbytes)
 
     def decode(self, payload: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         """Decode into the flat tensor `out` (of numel elements) and return it. A

@@ -179,6 +179,15 @@ class Header:
         return hdr, buf[hlen: hlen + body_nbytes]
 
 
+def checked_size(c: Compressor, buf: torch.Tensor, nbytes: int) -> torch.Tensor:
+    """buf, when it has the size its codec's payload_sizes announced (a collective has
+    already told the receivers that size)."""
+    if buf.numel() != nbytes:
+        raise RuntimeError(f"{c.describe()}: the encoded message has {buf.numel()} bytes, its "
+                           f"payload_sizes said {nbytes}; the two must agree (a codec bug)")
+    return buf
+
+
 def host_bytes(data: bytes, device: torch.device) -> torch.Tensor:
     """`data` as a uint8 host tensor to copy to `device`: pinned for a CUDA device, so that
     a non-blocking copy is queued without waiting for the device (a copy from pageable
@@ -417,12 +426,19 @@ class Compressor(ABC):
         self.stats.bytes_out += buf.numel()
         return buf
 
-    def encode_many(self, count: int, load: Callable[[int], torch.Tensor]) -> list[torch.Tensor]:
-        """The messages of `count` tensors, loaded one at a time by load(i) (which may be
-        called again for the same i). Codecs with data-dependent sizes override it to read
-        every message's size from the device at once: one host sync per batch, not one per
-        message."""
-        return [self.encode(load(i)) for i in range(count)]
+    def payload_sizes(self, count: int, load: Callable[[int], torch.Tensor]) -> torch.Tensor:
+        """encode()'s sizes of `count` messages loaded by load(i), as an int64 tensor on
+        their device. A collective reads a whole call's sizes in one host sync and then
+        encodes each message with encode_sized. Codecs with data-dependent sizes override
+        it to size without a host sync; this one encodes each message."""
+        sizes = [self.encode(load(i)).numel() for i in range(count)]
+        device = load(0).device if count else torch.device("cpu")
+        return torch.tensor(sizes, dtype=torch.int64, device=device)
+
+    def encode_sized(self, x: torch.Tensor, nbytes: int) -> torch.Tensor:
+        """encode(x) for a caller that knows its size already (payload_sizes, read on the
+        host): codecs with data-dependent sizes override it to skip their host sync."""
+        return checked_size(self, self.encode(x), nbytes)
 
     def decode_sized(self, buf: torch.Tensor, shape: tuple[int, ...],
                      dtype: torch.dtype) -> torch.Tensor:

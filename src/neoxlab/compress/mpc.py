@@ -28,9 +28,11 @@ transposition is its own inverse; the delta is undone by a strided cumulative su
 
 Host tensors take the indices of non-zero words from NumPy (see _nonzero_1d), slice by
 slice. On a device, encode compacts the whole message at once: one host sync per message
-(the count of non-zero words, which sizes the output; a variable-size format cannot avoid
-it), and encode_many reads the counts of a batch of messages (a collective's chunks) in one
-sync; the host path syncs per slice and per mixed bit-plane row. Device decode has no
+(the count of non-zero words, which sizes the output); the host path syncs per slice and
+per mixed bit-plane row. A collective avoids even that one: payload_sizes counts the
+non-zero words of many messages without transposing or compacting (a device tensor, read
+by the collective once for its whole call), and encode_sized encodes a message whose size
+the host knows without a sync. Device decode has no
 host sync (word positions from a cumulative sum of the bitmap); it cannot then check that
 the bitmap and the body agree, which the host path does. A message's data must be on the
 device the codec runs on; NVIDIA's nvCOMP (PyPI nvidia-nvcomp-cu12) is the candidate
@@ -39,7 +41,6 @@ lossless GPU codec where CUDA is present, not integrated here (no GPU to measure
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -52,6 +53,8 @@ from neoxlab.compress.base import (
     Header,
     WireFormatError,
     check_int,
+    checked_size,
+    header_nbytes,
     host_bytes,
     view_as,
 )
@@ -175,44 +178,43 @@ class Mpc(Compressor):
             kept = _gather_rows(zs.view(width, -1), nz.view(width, -1), counts, words, kept)
         return hdr.join(bitmap, words[:kept].view(torch.uint8))
 
-    def encode_many(self, count: int, load: Callable[[int], torch.Tensor]) -> list[torch.Tensor]:
-        """Device messages: every message's planes first, then all their sizes in one host
-        sync, then the buffers (host messages: one by one, as encode)."""
-        if count == 0:
-            return []
-        first = load(0).detach()
-        if _host_path(first.device):
-            return [self.encode(first), *(self.encode(load(i)) for i in range(1, count))]
-        staged = [self._stage(first if i == 0 else load(i).detach()) for i in range(count)]
-        counts = [p.kept for _, _, p in staged if p is not None]
-        kept = iter(torch.stack(counts).tolist() if counts else [])  # the one host sync
-        return [self._finish(shape, dtype, p, next(kept) if p is not None else 0, load, i)
-                for i, (shape, dtype, p) in enumerate(staged)]
+    def payload_sizes(self, count: int, load: Callable[[int], torch.Tensor]) -> torch.Tensor:
+        """encode()'s sizes of `count` messages as an int64 tensor on their device, without
+        a host sync: the count of non-zero words (kept_words) sizes a body, and a message
+        that would not shrink goes raw. One message's scratch at a time."""
+        sizes = []
+        for i in range(count):
+            x = load(i).detach()
+            hlen, raw_n = header_nbytes(x.dim()), x.numel() * x.element_size()
+            if x.dtype not in self.dtypes or x.numel() == 0:
+                sizes.append(torch.full((), hlen + raw_n, dtype=torch.int64, device=x.device))
+                continue
+            words = x.contiguous().reshape(-1).view(_WORD[x.element_size()])
+            size = x.element_size()
+            _, nbits = _sizes(words.numel(), size * 8)
+            body = kept_words(words, self.dim).mul_(size).add_(nbits)
+            sizes.append(torch.where(body < raw_n, body + hlen, hlen + raw_n))
+        return torch.stack(sizes)
 
-    def _stage(self, x: torch.Tensor) -> tuple[tuple[int, ...], torch.dtype, _Planes | None]:
-        """A device message's shape, dtype and planes (None for what is sent raw whatever
-        the data: dtypes mpc does not code, empty messages)."""
-        if x.dtype not in self.dtypes or x.numel() == 0:
-            return tuple(x.shape), x.dtype, None
-        words = x.contiguous().reshape(-1).view(_WORD[x.element_size()])
-        return tuple(x.shape), x.dtype, _device_planes(words, self.dim)
-
-    def _finish(self, shape: tuple[int, ...], dtype: torch.dtype, planes: _Planes | None,
-                kept: int, load: Callable[[int], torch.Tensor], i: int) -> torch.Tensor:
-        """Message i's buffer once its size is known, with encode's statistics (the
-        message is loaded again only when it goes raw)."""
-        numel = math.prod(shape)
+    def encode_sized(self, x: torch.Tensor, nbytes: int) -> torch.Tensor:
+        """encode(x) of a device message whose size (payload_sizes) the host knows: no
+        host sync. Host messages encode as encode() does (their syncs cost nothing)."""
+        x = x.detach()
+        if _host_path(x.device):
+            return super().encode_sized(x, nbytes)
+        numel, size = x.numel(), x.element_size()
+        hlen, flat = header_nbytes(x.dim()), x.contiguous().reshape(-1)
         self.stats.calls += 1
-        self.stats.bytes_in += numel * dtype.itemsize
+        self.stats.bytes_in += numel * size
         buf = None
-        if planes is not None:
-            buf = _pack_planes(planes, kept, Header(self.cid, dtype, shape,
-                                                    param=self._header_param(numel)))
+        if nbytes != hlen + numel * size:  # coded (a coded body is smaller than the raw)
+            planes = _device_planes(flat.view(_WORD[size]), self.dim)
+            hdr = Header(self.cid, x.dtype, tuple(x.shape), param=self._header_param(numel))
+            buf = _pack_planes(planes, (nbytes - hlen - planes.nbits) // size, hdr)
         if buf is None:
-            flat = load(i).detach().contiguous().reshape(-1)
-            buf = self._passthrough(flat, Header(self.cid, dtype, shape))
+            buf = self._passthrough(flat, Header(self.cid, x.dtype, tuple(x.shape)))
         self.stats.bytes_out += buf.numel()
-        return buf
+        return checked_size(self, buf, nbytes)
 
     # -- decode ------------------------------------------------------------------------
     def _decode(self, body: torch.Tensor, hdr: Header) -> torch.Tensor:
@@ -346,7 +348,7 @@ def _pack_planes(p: _Planes, kept: int, hdr: Header) -> torch.Tensor | None:
 def _encode_on_device(w: torch.Tensor, dim: int, hdr: Header) -> torch.Tensor | None:
     """Whole-message compaction: one host sync per message (the count of non-zero words,
     which sizes the output), instead of one per slice and one per mixed bit-plane row;
-    Mpc.encode_many reads the counts of many messages in one sync."""
+    Mpc.encode_sized, given the size, makes none."""
     planes = _device_planes(w, dim)
     return _pack_planes(planes, int(planes.kept), hdr)  # the one host sync: the size
 
@@ -424,12 +426,55 @@ def _delta_planes(w: torch.Tensor, s: int, m: int, dim: int, zm: torch.Tensor,
     w[<0] = 0 and d = 0 past the end. A contiguous subtraction then one transposing copy
     (2.5x faster than a subtraction that reads strided)."""
     width, nch = zm.shape
-    n = w.numel()
     d = tmp[:m]
+    _delta_words(w, s, m, dim, d)
+    zm.copy_(d.view(nch, width).t())
+
+
+def _delta_words(w: torch.Tensor, s: int, m: int, dim: int, d: torch.Tensor) -> None:
+    """d (m words, in word order) <- d[i] = w[i] - w[i - dim] for i in [s, s+m), w[<0] = 0
+    and d = 0 past the end."""
+    n = w.numel()
     e = min(s + m, n)
     lo = min(max(s, dim), e)
     d[: lo - s].copy_(w[s:lo])
     if e > lo:
         torch.sub(w[lo:e], w[lo - dim: e - dim], out=d[lo - s: e - s])
     d[e - s:].zero_()
-    zm.copy_(d.view(nch, width).t())
+
+
+# SWAR population count of int64 values (bit tricks: pair, nibble and byte sums)
+_M1, _M2, _M4 = 0x5555555555555555, 0x3333333333333333, 0x0F0F0F0F0F0F0F0F
+
+
+def _popcount(v: torch.Tensor, width: int) -> torch.Tensor:
+    """Set bits of the low `width` bits of each word of v, as int64."""
+    x = v.to(torch.int64)
+    if width < 64:
+        x = x.bitwise_and_((1 << width) - 1)
+    x = x - x.bitwise_right_shift(1).bitwise_and_(_M1)
+    x = x.bitwise_and(_M2).add_(x.bitwise_right_shift_(2).bitwise_and_(_M2))
+    x = x.add_(x.bitwise_right_shift(4)).bitwise_and_(_M4)
+    return x.mul_(_LOW_BITS).bitwise_right_shift_(56)
+
+
+def kept_words(w: torch.Tensor, dim: int) -> torch.Tensor:
+    """How many transposed words of a message are non-zero (its body size), as a device
+    scalar, without transposing: word k of a chunk of W residuals holds bit k of each, so
+    the chunk keeps popcount(OR of its W zigzagged residuals) words. Scratch: two slices."""
+    dev, width = w.device, w.element_size() * 8
+    npad, _ = _sizes(w.numel(), width)
+    step = min(SLICE_WORDS, npad)
+    z, t = (torch.empty(step, dtype=w.dtype, device=dev) for _ in range(2))
+    kept = torch.zeros((), dtype=torch.int64, device=dev)
+    for s, m in _slices(npad):
+        zs = z[:m]
+        _delta_words(w, s, m, dim, zs)
+        torch.bitwise_right_shift(zs, width - 1, out=t[:m])  # zigzag
+        zs.bitwise_left_shift_(1).bitwise_xor_(t[:m])
+        v, h = zs.view(m // width, width), width
+        while h > 1:  # OR of each chunk's words, halving the columns
+            h //= 2
+            v[:, :h].bitwise_or_(v[:, h: 2 * h])
+        kept += _popcount(v[:, 0], width).sum()
+    return kept

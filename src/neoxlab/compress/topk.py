@@ -17,7 +17,9 @@ from neoxlab.compress.base import (
     Compressor,
     Header,
     WireFormatError,
+    checked_size,
     finite_absmax,
+    header_nbytes,
     view_as,
 )
 from neoxlab.compress.registry import register
@@ -115,33 +117,41 @@ class TopK(Compressor):
             return None
         return _pack(hdr, *_select(flat, k))
 
-    def encode_many(self, count: int, load: Callable[[int], torch.Tensor]) -> list[torch.Tensor]:
-        """Every message's selection first, then whether each was finite in one host sync
-        (non-finite ones go raw), then the buffers."""
-        staged = []
+    def _coded(self, x: torch.Tensor) -> bool:
+        """Whether x is coded when finite (else it always goes raw)."""
+        n = x.numel()
+        return (x.dtype in self.dtypes and 0 < n <= _MAX_INDEX
+                and self._fixed_body_nbytes(n, x.dtype) < n * x.element_size())
+
+    def payload_sizes(self, count: int, load: Callable[[int], torch.Tensor]) -> torch.Tensor:
+        """encode()'s sizes of `count` messages on their device, without a host sync: a
+        message's size is fixed by k unless it holds NaN/Inf (then it goes raw)."""
+        sizes = []
         for i in range(count):
             x = load(i).detach()
-            flat = x.contiguous().reshape(-1)
-            n, k = flat.numel(), self.keep(flat.numel())
-            coded = (x.dtype in self.dtypes and 0 < n <= _MAX_INDEX
-                     and self._fixed_body_nbytes(n, x.dtype) < n * x.element_size())
-            picked = (torch.isfinite(flat).all(), *_select(flat, k)) if coded else None
-            staged.append((tuple(x.shape), x.dtype, picked))
-        flags = [p[0] for _, _, p in staged if p is not None]
-        finite = iter(torch.stack(flags).tolist() if flags else [])  # the one host sync
-        out = []
-        for i, (shape, dtype, picked) in enumerate(staged):
-            numel = math.prod(shape)
-            self.stats.calls += 1
-            self.stats.bytes_in += numel * dtype.itemsize
-            if picked is not None and next(finite):
-                buf = _pack(Header(self.cid, dtype, shape, param=self.keep(numel)), *picked[1:])
-            else:
-                buf = self._passthrough(load(i).detach().contiguous().reshape(-1),
-                                        Header(self.cid, dtype, shape))
-            self.stats.bytes_out += buf.numel()
-            out.append(buf)
-        return out
+            hlen, raw_n = header_nbytes(x.dim()), x.numel() * x.element_size()
+            raw = torch.full((), hlen + raw_n, dtype=torch.int64, device=x.device)
+            if self._coded(x):
+                coded = hlen + self._fixed_body_nbytes(x.numel(), x.dtype)
+                lo, hi = torch.aminmax(x.reshape(-1))
+                raw = torch.where(torch.isfinite(lo) & torch.isfinite(hi), coded, raw)
+            sizes.append(raw)
+        return torch.stack(sizes)
+
+    def encode_sized(self, x: torch.Tensor, nbytes: int) -> torch.Tensor:
+        """encode(x) when its size (payload_sizes) is known on the host: no host sync."""
+        x = x.detach()
+        flat = x.contiguous().reshape(-1)
+        numel, hlen = flat.numel(), header_nbytes(x.dim())
+        self.stats.calls += 1
+        self.stats.bytes_in += numel * x.element_size()
+        k = self.keep(numel)
+        if self._coded(x) and nbytes == hlen + self._fixed_body_nbytes(numel, x.dtype):
+            buf = _pack(Header(self.cid, x.dtype, tuple(x.shape), param=k), *_select(flat, k))
+        else:
+            buf = self._passthrough(flat, Header(self.cid, x.dtype, tuple(x.shape)))
+        self.stats.bytes_out += buf.numel()
+        return checked_size(self, buf, nbytes)
 
     def _decode(self, body: torch.Tensor, hdr: Header) -> torch.Tensor:
         k = hdr.param
