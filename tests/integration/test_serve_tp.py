@@ -1,7 +1,10 @@
-"""`make run EXP=flover_tp2` end to end (2 ranks under mpiexec, TP=2): the run completes,
-writes its trace, results and summary, prints the table, and every request's greedy output
-equals the TP=1 model with the same seed serving the saved trace in
-this process one request at a time, prompt phase first."""
+"""`make run EXP=flover_tp2` end to end (2 ranks under mpiexec, TP=2, in strict-device mode):
+the run completes, writes its trace, results and summary, prints the table, and every
+request's greedy output equals the TP=1 model with the same seed serving the saved trace in
+this process one request at a time, prompt phase first. Strict-device mode runs the ranks
+under torch's default device "meta", so a tensor of the TP step (megatron's layers, the
+vocab all-gather, the cache, the step's inputs) made without naming its device fails the
+run."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import pandas as pd
 import pytest
 import torch
 
+from neoxlab.comm.strict import STRICT_ENV
 from neoxlab.config import from_dict
 from neoxlab.serve.distributed import init_single_process, shutdown
 from neoxlab.serve.policies import policy_for
@@ -31,7 +35,9 @@ SMALL = [
 @pytest.fixture(scope="module")
 def tp2_run(tmp_path_factory):
     results = tmp_path_factory.mktemp("results")
-    proc, run_dir = run_experiment("flover_tp2", results, *SMALL, timeout=240)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(STRICT_ENV, "1")  # the rank processes inherit it
+        proc, run_dir = run_experiment("flover_tp2", results, *SMALL, timeout=240)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc, run_dir
 
@@ -42,6 +48,7 @@ def test_tp2_run_completes_and_writes_its_results(tp2_run):
     summary = json.loads((run_dir / "summary.json").read_text())
     policies = {row["policy"]: row for row in summary["policies"]}
     assert set(policies) == {"fused", "sequential", "static"}
+    assert summary["strict_device"] is True and summary["device"] == "cpu"
     assert summary["decode_attention"] == "native"  # serve.native_attention, on megatron's TP=2
     assert all(row["outputs_match"] for row in policies.values())
     assert policies["fused"]["fused_steps"] < policies["sequential"]["fused_steps"]

@@ -12,7 +12,9 @@ launcher local-rank variable present are set to the chosen index; the launcher's
 rank is kept under NODE_LOCAL_RANK_ENV, so that a second call chooses the same device.
 
 Standard library and torch only (imported when a device is chosen), for every rank program:
-the builtin training program, serving and the GPT-NeoX entry.
+the builtin training program, serving and the GPT-NeoX entry. `rank_device` turns
+cluster.device into the torch device a rank computes on, and `backend_for` names the
+torch.distributed backend for tensors there.
 """
 
 from __future__ import annotations
@@ -20,6 +22,10 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 # The node-local rank as each launcher exports it, innermost launcher first (mpiexec inside
 # a Slurm allocation sets SLURM_LOCALID per proxy, MPI_LOCALRANKID per rank):
@@ -75,6 +81,31 @@ def select_device(local_rank: int | None = None,
     align_local_rank(choice.index, local, env)
     torch.cuda.set_device(choice.index)
     return choice
+
+
+def rank_device(cluster_device: str) -> tuple[torch.device, str]:
+    """(the device this rank computes on, a line saying which): the host for
+    cluster.device=cpu, else this rank's GPU (select_device). Raises, naming the value and
+    the fix, when the config asks for a GPU but torch sees none, before anything starts."""
+    import torch
+
+    if cluster_device == "cpu":
+        return torch.device("cpu"), "cpu (cluster.device=cpu)"
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            f"cluster.device='{cluster_device}' asks for a GPU, but torch sees no CUDA device "
+            "here (torch.cuda.is_available() is False, CUDA_VISIBLE_DEVICES="
+            f"{os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}): run the ranks on GPU "
+            "nodes (one GPU per rank) with a CUDA build of torch, or set cluster.device=cpu")
+    choice = select_device()
+    return torch.device("cuda", choice.index), choice.describe()
+
+
+def backend_for(device: torch.device | str) -> str:
+    """The torch.distributed backend for tensors on `device`: a process group serves one
+    device, NCCL a GPU's, gloo the host's."""
+    kind = device if isinstance(device, str) else device.type
+    return "nccl" if kind.split(":")[0] == "cuda" else "gloo"
 
 
 def node_local_rank(environ: Mapping[str, str] | None = None) -> tuple[int, str]:

@@ -46,13 +46,14 @@ def neox_twin(model: ServeModel):
     state["gpt_neox.final_layer_norm.bias"] = norm.bias
     head = getattr(model, str(m.num_layers + 2)).final_linear.weight[:vocab]
     state["lm_head.weight"] = head
-    twin = GPTNeoXForCausalLM(cfg)
+    with torch.device("cpu"):  # built on the host, then placed beside the ServeModel
+        twin = GPTNeoXForCausalLM(cfg)
     missing, unexpected = twin.load_state_dict(
         {k: v.detach().clone() for k, v in state.items()}, strict=False)
     missing = [k for k in missing if "rotary" not in k and "masked_bias" not in k]
     if missing or unexpected:
         raise KeyError(f"GPT-NeoX twin: missing {missing}, unexpected {unexpected}")
-    return twin.to(next(model.parameters()).dtype).eval()
+    return twin.to(device=model.device, dtype=next(model.parameters()).dtype).eval()
 
 
 class _FirstToken:
@@ -87,7 +88,7 @@ def run_hf_generate(model, requests: list[Request], sampling: Sampling) -> Polic
             torch.manual_seed(r.seed)  # generate samples from the global generator
             kwargs = {"do_sample": True, "temperature": sampling.temperature,
                       "top_k": sampling.top_k or None}
-        ids = torch.tensor([r.prompt])
+        ids = torch.tensor([r.prompt], device=model.device)
         with torch.inference_mode():  # explicit mask: else a prompt token equal to the pad id
             out = model.generate(  # would be masked out
                 ids, attention_mask=torch.ones_like(ids), max_new_tokens=r.max_new_tokens,

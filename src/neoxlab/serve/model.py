@@ -14,6 +14,11 @@ rotary tables and the causal bias built once and sliced. megatron-core's paralle
 cost a Python autograd function and extra ops per call, which at decode sizes is a large
 share of a step (bench/serve_profile.py shows the split). TP>1 keeps megatron's layers.
 A decode step's attention runs on a C++ kernel on the CPU (serve.native_attention, any TP).
+
+The model is built on the host (the seeded init draws from the CPU generator, as training's
+does) and then placed on the rank's device (`place`): weights, rotary tables, causal bias
+and the KV cache (new_cache) live there, and every per-step tensor is made beside them. The
+two CPU fast paths (prepacked products, the native kernel) are off on any other device.
 """
 
 from __future__ import annotations
@@ -44,23 +49,39 @@ class ServeModel(torch.nn.Module):
 
     def __init__(self, model: ModelConfig, tp: int, seed: int, max_seq_len: int):
         super().__init__()
+        host = torch.device("cpu")  # built here, then placed on the rank's device (place)
         for index, spec in enumerate(layer_specs(model, tp)):
             torch.manual_seed(seed + index)  # as PipelineModule(seed_layers=True) does
-            self.add_module(str(index), spec.build())
+            with host:  # the layers allocate their weights on the default device
+                self.add_module(str(index), spec.build())
         self.config = model
         self.tp = tp
         self.source = "random"  # where the weights came from (set by serve.weights)
         self.num_layers = model.num_layers
         self.lean = tp == 1  # plain-op forward (serve.lean_decode); TP>1 needs megatron's
-        self.use_packed_linear(True)
         self.native_attend = False  # serve.native_attention (use_native_attention)
         cos, sin = rotary_tables(max_seq_len, rotary_dim(model), model.rotary_emb_base,
-                                 torch.float32, torch.device("cpu"))
+                                 torch.float32, host)
         self.register_buffer("rotary_cos", cos, persistent=False)
         self.register_buffer("rotary_sin", sin, persistent=False)
         # additive causal bias: row p allows keys 0..p; a decode step slices rows by position
-        causal = torch.full((max_seq_len, max_seq_len), float("-inf")).triu(1)
+        causal = torch.full((max_seq_len, max_seq_len), float("-inf"), device=host).triu(1)
         self.register_buffer("causal_bias", causal, persistent=False)
+        self.use_packed_linear(True)
+
+    @property
+    def device(self) -> torch.device:
+        """Where the weights, tables and (new_cache) the KV cache live."""
+        return self.rotary_cos.device
+
+    def place(self, device: torch.device) -> ServeModel:
+        """Move weights and tables to the rank's device; off the CPU, the CPU-only fast
+        paths (packed products, the native kernel) are turned off."""
+        self.to(device)
+        self.use_packed_linear(self.packed_on, self.packed_timed)
+        if device.type != "cpu":
+            self.native_attend = False
+        return self
 
     def use_packed_linear(self, on: bool, timed: bool = True) -> None:
         """serve.packed_linear: the lean path's products with prepacked weights (oneDNN,
@@ -71,7 +92,8 @@ class ServeModel(torch.nn.Module):
         1677-1732 with F.linear here, where at hidden 512 a block's products ran 1.98x
         faster packed. Products timed alone (their weight stays in cache) and whole steps
         can disagree either way, so whole decode steps are timed."""
-        fast = on and packed_linear.available()
+        self.packed_on = on  # asked for; used on the CPU only (place)
+        fast = on and self.device.type == "cpu" and packed_linear.available()
         self.packed = packed_linear.PackedLinear() if fast else None
         self.linear = self.packed or F.linear
         # a timed bucket's packed products, few rows included (one object: `is` compares)
@@ -108,12 +130,17 @@ class ServeModel(torch.nn.Module):
     def use_native_attention(self, on: bool) -> str:
         """serve.native_attention: decode steps attend through the C++ kernel
         (neoxlab.serve.native_attention) on fp32 host tensors, built here before any timing.
-        Returns what decode attention runs on: "native", or "sdpa" and why."""
-        self.native_attend = on and native_attention.build()
+        Returns what decode attention runs on: "native", or "sdpa" and why. Off the CPU
+        the kernel is not built: it runs host tensors only."""
+        self.native_attend = False
+        if not on:
+            return "sdpa"
+        if self.device.type != "cpu":
+            return f"sdpa (the native kernel runs on the CPU; the model is on {self.device})"
+        self.native_attend = native_attention.build()
         if self.native_attend:
             return "native"
-        return "sdpa" if not on else f"sdpa (native kernel not built: "\
-            f"{native_attention.unavailable()})"
+        return f"sdpa (native kernel not built: {native_attention.unavailable()})"
 
     def blocks(self) -> list[TransformerLayer]:
         return [getattr(self, str(i)) for i in range(1, self.num_layers + 1)]

@@ -4,21 +4,30 @@ on every trace -> results in the run dir (rank 0) -> table.
 Mirrors the training program's contract with the launcher: output in logs/rank<N>.log,
 logs/rank<N>.pid at start, logs/rank<N>.done at the end, errors in rank<N>.error.json and
 an abort of the whole job, status.json from planned to running to completed or failed.
+
+The rank computes on the device cluster.device names (run.device.rank_device: its GPU, or
+the host); TP groups use that device's backend (NCCL or gloo). In strict-device mode
+(NEOXLAB_STRICT_DEVICE=1, as for training) the program runs under torch's default device
+"meta": a tensor made without naming its device lands there and the run fails, so a CPU
+run proves that weights, cache and every per-step tensor sit on the rank's device.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import asdict
 from pathlib import Path
 from typing import TextIO
 
+from neoxlab.comm.strict import strict_from_env
 from neoxlab.config import Config
 from neoxlab.run import device, rundir
 from neoxlab.run.progress import Progress
 from neoxlab.run.rankjob import run_rank
 from neoxlab.serve.distributed import init_model_parallel
 from neoxlab.serve.hf_cb import CBSizing
+from neoxlab.serve.model import ServeModel
 from neoxlab.serve.rules import check_serve
 from neoxlab.serve.runner import Runner, RunSettings, ratios
 from neoxlab.serve.scheduler import Control, Sampling
@@ -50,27 +59,43 @@ def traces_of(cfg: Config, vocab_size: int):
     return out
 
 
+def start(cfg: Config, rank: int) -> ServeModel:
+    """This rank's device (a GPU asked for but missing is refused here, before anything
+    starts), its TP groups on that device's backend, and the model placed there."""
+    where, described = device.rank_device(cfg.cluster.device)
+    print(f"[serve] device {described}", flush=True)
+    init_model_parallel(cfg.parallel.tp, where)
+    s = cfg.serve
+    model = build_serve_model(cfg.model, s.weights, cfg.train.seed, cfg.parallel.tp, rank,
+                              s.max_seq_len, where)
+    model.lean = s.lean_decode and cfg.parallel.tp == 1
+    model.use_packed_linear(s.packed_linear, s.packed_linear_timed)
+    return model
+
+
 def serve(cfg: Config, run_dir: Path, rank: int, world: int, terminal: TextIO | None) -> None:
+    import torch
+
+    check_serve(cfg)
+    torch.set_num_threads(cfg.engine.torch_threads)
+    strict = strict_from_env()
+    with torch.device("meta") if strict else contextlib.nullcontext():
+        _serve(cfg, run_dir, rank, world, terminal, strict)
+
+
+def _serve(cfg: Config, run_dir: Path, rank: int, world: int, terminal: TextIO | None,
+           strict: bool) -> None:
     import torch
 
     from neoxlab.serve import native_attention
 
-    check_serve(cfg)
-    torch.set_num_threads(cfg.engine.torch_threads)
-    if cfg.cluster.device != "cpu" and torch.cuda.is_available():
-        # the rank's visible GPU made current, LOCAL_RANK to match (as for training)
-        print(f"[serve] device {device.select_device().describe()}", flush=True)
-    init_model_parallel(cfg.parallel.tp)
+    model = start(cfg, rank)
     comm = None
     if world > 1:
         from mpi4py import MPI
 
         comm = MPI.COMM_WORLD
     s = cfg.serve
-    model = build_serve_model(cfg.model, s.weights, cfg.train.seed, cfg.parallel.tp, rank,
-                              s.max_seq_len)
-    model.lean = s.lean_decode and cfg.parallel.tp == 1
-    model.use_packed_linear(s.packed_linear, s.packed_linear_timed)
     attention = model.use_native_attention(s.native_attention)  # built before any timing
     traces = traces_of(cfg, model.config.vocab_size)
     if rank == 0:
@@ -96,6 +121,7 @@ def serve(cfg: Config, run_dir: Path, rank: int, world: int, terminal: TextIO | 
                       "heads": model.config.num_attention_heads, "tp": cfg.parallel.tp,
                       "weights": s.weights, "weights_source": model.source},
             "gap_scale": s.gap_scale,
+            "device": str(model.device), "strict_device": strict,
             "decode_attention": attention,  # serve.native_attention: native, or sdpa and why
             "decode_attention_calls": native_attention.calls,  # rank 0's kernel calls
             "hf_cb_sizing": asdict(runner.cb_sizing) if "hf_cb" in s.policies else None,

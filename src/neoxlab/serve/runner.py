@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+import torch
+
 from neoxlab.serve.hf_cb import CBSizing, hf_cb_model, run_hf_cb
 from neoxlab.serve.hf_cb_tune import tune_hf_cb
 from neoxlab.serve.hf_generate import neox_twin, run_hf_generate
@@ -40,8 +42,12 @@ class Runner:
         self.cb_tuning: list[dict] = []  # every hf_cb trial of the search (run dir record)
 
     def hf(self):
+        """transformers' model for hf_cb, built on the host, on our model's device."""
         if self._hf is None:
-            self._hf = hf_cb_model(self.model.config, self.settings.weights, self.settings.seed)
+            with torch.device("cpu"):
+                model, label = hf_cb_model(self.model.config, self.settings.weights,
+                                           self.settings.seed)
+            self._hf = model.to(self.model.device), label
         return self._hf
 
     def twin(self):

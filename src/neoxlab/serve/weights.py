@@ -57,10 +57,12 @@ def model_config_from_hf(path: Path, base: ModelConfig) -> ModelConfig:
 
 
 def build_serve_model(
-    model: ModelConfig, weights: str, seed: int, tp: int, tp_rank: int, max_seq_len: int
+    model: ModelConfig, weights: str, seed: int, tp: int, tp_rank: int, max_seq_len: int,
+    device: torch.device | None = None,
 ) -> ServeModel:
-    """The serve model for this TP rank, in eval mode; `source` says where its weights came
-    from (for a run: which checkpoint)."""
+    """The serve model for this TP rank, in eval mode, on `device` (the host when None; built
+    and loaded on the host, then placed); `source` says where its weights came from (for a
+    run: which checkpoint)."""
     path, run_dir = hf_dir(weights), run_dir_of(weights)
     if path is not None:
         model = model_config_from_hf(path, model)
@@ -69,14 +71,15 @@ def build_serve_model(
             f"serve.weights='{weights}' is not 'random', 'hf:<GPT-NeoX dir>' or "
             "'run:<training run dir>'; use one of those")
     checkpoint = find_checkpoint(run_dir, model) if run_dir is not None else None
-    serve = ServeModel(model, tp, seed, max_seq_len)
-    serve.source = weights if weights != "random" else f"random (seed {seed})"
-    if path is not None:
-        from transformers import GPTNeoXForCausalLM
+    with torch.device("cpu"):  # whatever torch's default device is
+        serve = ServeModel(model, tp, seed, max_seq_len)
+        serve.source = weights if weights != "random" else f"random (seed {seed})"
+        if path is not None:
+            from transformers import GPTNeoXForCausalLM
 
-        hf = GPTNeoXForCausalLM.from_pretrained(path, dtype=torch.float32).state_dict()
-        load_into_pipeline(serve, hf, model, tp_rank, tp, padded_vocab_size(model, tp))
-    elif checkpoint is not None:
-        load_run_weights(serve, checkpoint, tp, tp_rank)
-        serve.source = checkpoint.describe()
-    return serve.eval()
+            hf = GPTNeoXForCausalLM.from_pretrained(path, dtype=torch.float32).state_dict()
+            load_into_pipeline(serve, hf, model, tp_rank, tp, padded_vocab_size(model, tp))
+        elif checkpoint is not None:
+            load_run_weights(serve, checkpoint, tp, tp_rank)
+            serve.source = checkpoint.describe()
+    return serve.place(device or torch.device("cpu")).eval()
