@@ -64,7 +64,7 @@ fi
 
 echo "== 1. codecs on CUDA: bytes and values equal the CPU reference (fused Triton kernels);"
 echo "   the side stream's event ordering"
-limit 90 "$PY" -m pytest -q -p no:cacheprovider --basetemp=/tmp/pt-device \
+limit 75 "$PY" -m pytest -q -p no:cacheprovider --basetemp=/tmp/pt-device \
   tests/unit/test_fixed_payloads.py tests/unit/test_compressors.py \
   tests/unit/test_side_stream.py -k "cuda or side_stream" 2>&1 \
   | tee "$OUT/codec_tests.txt" || status=1
@@ -100,8 +100,13 @@ limit 80 "$PY" bench/device/exchange_check.py --device "$DEV" --numel "$NUMEL" \
 
 echo "== 7. a real training run: python -m neoxlab, builtin engine, 2 ranks on the GPU,"
 echo "   compression=naive, 2 steps: finite losses, compressed DP collectives in the records"
-limit 100 "$PY" bench/device/train_step.py --device "$DEV" --timeout $(( 90 * SLACK )) 2>&1 \
-  | tee "$OUT/train_step.txt" || status=1
+limit 90 "$PY" bench/device/train_step.py --device "$DEV" --timeout $(( 80 * SLACK )) 2>&1 \
+  | tee "$OUT/runs.txt" || status=1
+
+echo "== 8. serving on the GPU: weights, rotary tables and KV cache on the device, the CPU-only"
+echo "   fast paths off, every policy token for token as on the CPU, in strict-device mode"
+limit 25 "$PY" bench/device/serve_device.py --device "$DEV" 2>&1 \
+  | tee -a "$OUT/runs.txt" || status=1
 
 echo "== device_check: $([[ $status == 0 ]] && echo OK || echo FAILED)"
 exit $status

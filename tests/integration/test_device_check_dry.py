@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import REPO_ROOT
 
 SCRIPT = REPO_ROOT / "bench" / "device" / "device_check.sh"
-SECTIONS = 7
+SECTIONS = 8
 RANK_TALLY = re.compile(r"^rank (\d): (\d+) checks passed, (\d+) failed", re.M)
 
 
@@ -48,7 +48,8 @@ def test_the_dry_run_passes_every_section(tmp_path):
     assert sorted(int(rank) for rank, _, _ in tallies) == [0, 1, 2, 3], tallies
     assert all(int(passed) > 100 and failed == "0" for _, passed, failed in tallies), tallies
     assert "exchange_check: OK" in text
-    # the training run: finite losses and compressed DP all-reduces
-    train = (tmp_path / "train_step.txt").read_text()
+    # the training run: finite losses and compressed DP all-reduces; then serving
+    train = (tmp_path / "runs.txt").read_text()
     assert "train_step: OK" in train
     assert int(re.search(r"'compressed_calls': (\d+)", train).group(1)) > 0
+    assert "serve_device: OK" in train and "fused: 10/10" in train
