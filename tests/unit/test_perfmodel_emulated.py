@@ -311,3 +311,27 @@ def test_a_reduce_to_owners_codecs_run_apart_not_in_lockstep(monkeypatch):
     assert on_path > 1.5 * one_thread  # 4 ranks on 2 cores, encoding together
     one_thread, on_path = dp_codec(owner=True)
     assert one_thread > 0 and on_path == pytest.approx(one_thread)
+
+
+
+def test_a_run_cut_short_is_not_fitted(tmp_path, monkeypatch):
+    """A killed emulated_omb run leaves a partial omb.jsonl: the finder skips it, and a sweep
+    without a benchmark's rows is refused by name rather than failing inside the solver."""
+    import json
+    from types import SimpleNamespace
+
+    from neoxlab.config.schema import ConfigError
+
+    root = tmp_path / "emulated_omb"
+    for name, state in (("a", "completed"), ("b", "failed")):
+        (root / name).mkdir(parents=True)
+        (root / name / "omb.jsonl").write_text("")
+        (root / name / "status.json").write_text(json.dumps({"state": state}))
+    cfg = SimpleNamespace(cluster=SimpleNamespace(emulated=SimpleNamespace(
+        inter=SimpleNamespace(rate_mbit=40.0)), nodes=2), omb=SimpleNamespace(groups=1))
+    monkeypatch.setattr(em.rundir, "load_config", lambda run_dir: cfg)
+    assert em.find_omb_runs(root) == {("40", 1, 2): [root / "a"]}
+    rows = sweep_rows(4 << 20, 1 << 20, fast_gbs=0.005, slow_gbs=0.0038, nodes=2)
+    half = [r for r in rows if r["benchmark"] == BANDWIDTH_BENCHMARKS[0]]
+    with pytest.raises(ConfigError, match=BANDWIDTH_BENCHMARKS[1]):
+        em.fit_rate(half)

@@ -86,15 +86,22 @@ SUSTAINED_FROM = 1 << 20  # bytes: the sizes the sustained rate is fitted on
 
 
 def find_omb_runs(root: Path) -> dict[FitKey, list[Path]]:
-    """Finished emulated_omb run dirs by (rate, flows, nodes), oldest first."""
+    """Completed emulated_omb run dirs by (rate, flows, nodes), oldest first. A run that failed
+    (a rank killed, a cut link) leaves a partial omb.jsonl; fitting it would mislead."""
     found: dict[FitKey, list[Path]] = {}
     for run_dir in sorted(root.iterdir()) if root.exists() else []:
-        if (run_dir / "omb.jsonl").exists():
+        if (run_dir / "omb.jsonl").exists() and completed(run_dir):
             c = rundir.load_config(run_dir)
             rate = c.cluster.emulated.inter.rate_mbit
             key = ("none" if rate is None else f"{rate:g}", c.omb.groups, c.cluster.nodes)
             found.setdefault(key, []).append(run_dir)
     return found
+
+
+def completed(run_dir: Path) -> bool:
+    status = run_dir / "status.json"
+    return status.exists() and json.loads(status.read_text()).get("state") == \
+        rundir.State.COMPLETED
 
 
 def run_omb(point: FitKey, results: Path, timeout_s: float | None = None) -> None:
@@ -115,6 +122,10 @@ def fit_rate(rows: list[dict], nodes: int = 2) -> LinkProfile:
     """One rate's sweeps (groups of one rank per node): alpha from every size, every
     benchmark at once, and the bandwidth the messages of SUSTAINED_FROM and up sustain
     (sustained_gbs); with concurrent groups, what one group got."""
+    missing = [b for b in BANDWIDTH_BENCHMARKS if not any(r["benchmark"] == b for r in rows)]
+    if missing:
+        raise ConfigError(f"an emulated_omb sweep has no {missing} rows to fit (omb.jsonl of a "
+                          "run cut short?): remove that run dir, or run the sweep again")
     fit = fit_alpha_beta([(b, nodes, [r for r in rows if r["benchmark"] == b], 1.0)
                           for b in BANDWIDTH_BENCHMARKS])
     return dataclasses.replace(fit, bandwidth_gbs=sustained_gbs(rows, nodes))
