@@ -106,7 +106,8 @@ class DimTable:
 
 @dataclass
 class Measured:
-    """One dimension's means per step over a window, over the ranks that carried it."""
+    """One dimension's step in a window (each rank's median step, averaged over the ranks
+    that carried it)."""
 
     comm_s: float
     codec_s: float

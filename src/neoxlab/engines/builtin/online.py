@@ -1,17 +1,19 @@
-"""compression=auto in the training loop: every `recheck_every` steps the ranks sum what the
-compression patch measured per dimension since the last re-check, rank 0 decides
-(comm/online.py) and broadcasts the choice, and every rank switches its codecs before the
-next step, so all ranks run each step with the same scheme. Rank 0 appends each re-check to
-the run dir's tune_online.jsonl.
+"""compression=auto in the training loop: every `recheck_every` steps each rank takes the
+median step of what the compression patch measured per dimension since the last re-check
+(a step slowed by something other than the link, e.g. a busy shared core, does not move
+it), the ranks sum those, rank 0 decides (comm/online.py) and broadcasts the choice, and
+every rank switches its codecs before the next step, so all ranks run each step with the
+same scheme. Rank 0 appends each re-check to the run dir's tune_online.jsonl.
 
 Each rank's seconds are its own; the mean over the ranks that carried a dimension is set
-against the model, which prices one rank's step.
+against the model, which prices one rank's step. On CUDA the per-step split folds in only
+the timed calls completed by then (no sync each step); the re-check step waits for all.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import statistics
 from pathlib import Path
 from typing import Protocol
 
@@ -44,14 +46,13 @@ class RawCollectives:
         self.raw.broadcast(tensor, src)
 
 
-@dataclass
-class Window:
-    step: int  # the last step counted so far
-    totals: dict[str, tuple[float, float, float]]  # dim -> comm s, codec s, bytes out
-
-
-def totals(patch: CompressionPatch) -> dict[str, tuple[float, float, float]]:
-    patch.accountant.resolve()  # CUDA-timed calls: their seconds, now
+def totals(patch: CompressionPatch, wait: bool) -> dict[str, tuple[float, float, float]]:
+    """dim -> comm s, codec s, bytes out so far. `wait`: CUDA-timed calls are waited for
+    (at a re-check); otherwise those completed are folded in (no sync every step)."""
+    if wait:
+        patch.accountant.resolve()
+    else:
+        patch.accountant.fold_completed()
     out: dict[str, list[float]] = {}
     for (dim, _op), s in patch.accountant.stats.items():
         t = out.setdefault(dim, [0.0, 0.0, 0.0])
@@ -72,7 +73,8 @@ class OnlineRecheck:
         self.log = log
         self.state = Recheck(self.tables, plan["margin"], plan["start"], plan["reference"])
         self.current = dict(plan["start"])
-        self.window: Window | None = None
+        self.last: dict[str, tuple[float, float, float]] | None = None  # totals so far
+        self.steps: list[dict[str, tuple]] = []  # per step since the last re-check
         for dim, label in self.current.items():
             self._apply(dim, label)
 
@@ -81,26 +83,28 @@ class OnlineRecheck:
         return cls(json.loads((run_dir / PLAN_FILE).read_text()), patch, rank, run_dir)
 
     def after_step(self, step: int) -> dict[str, str]:
-        """After a finished step: the first one opens the window (its start-up is not the
-        link's); at every recheck_every-th step, the re-check. Returns the switches made."""
-        if self.window is None:
-            self.window = Window(step, totals(self.patch))
+        """After a finished step: its seconds and bytes per dimension are kept (the first
+        step's only open the count: its start-up is not the link's); at every
+        recheck_every-th step, the re-check on the medians of the steps kept since the last.
+        Returns the switches made."""
+        now = totals(self.patch, wait=step % self.every == 0)
+        if self.last is not None:
+            self.steps.append({d: tuple(a - b for a, b in zip(
+                v, self.last.get(d, (0.0, 0.0, 0.0)), strict=True)) for d, v in now.items()})
+        self.last = now
+        if step % self.every or not self.steps:
             return {}
-        if step % self.every:
-            return {}
-        now = totals(self.patch)
-        steps = step - self.window.step
         local = torch.zeros(len(self.dims), len(FIELDS), dtype=torch.float64)
         for i, dim in enumerate(self.dims):
-            before = self.window.totals.get(dim, (0.0, 0.0, 0.0))
-            delta = [a - b for a, b in zip(now.get(dim, (0.0, 0.0, 0.0)), before, strict=True)]
-            local[i] = torch.tensor([*delta, 1.0 if delta[0] > 0 else 0.0],
+            per_step = [s.get(dim, (0.0, 0.0, 0.0)) for s in self.steps]
+            medians = [statistics.median(column) for column in zip(*per_step, strict=True)]
+            local[i] = torch.tensor([*medians, 1.0 if medians[0] > 0 else 0.0],
                                     dtype=torch.float64)
-        self.window = Window(step, now)
+        window, self.steps = len(self.steps), []
         self.comm.all_reduce(local)
         choice = torch.full((len(self.dims),), -1, dtype=torch.int64)
         if self.rank == 0:
-            choice = self._decide(step, steps, local)
+            choice = self._decide(step, window, local)
         self.comm.broadcast(choice, 0)
         switches = {}
         for i, dim in enumerate(self.dims):
@@ -118,13 +122,13 @@ class OnlineRecheck:
         return switches
 
     def _decide(self, step: int, steps: int, summed: torch.Tensor) -> torch.Tensor:
-        """Rank 0: the re-check on the ranks' means per step; the options' indices."""
+        """Rank 0: the re-check on the mean over ranks of their median steps; the options'
+        indices."""
         measured = {}
         for i, dim in enumerate(self.dims):
             comm, codec, nbytes, ranks = summed[i].tolist()
             if ranks > 0:
-                k = ranks * steps
-                measured[dim] = Measured(comm / k, codec / k, nbytes / k)
+                measured[dim] = Measured(comm / ranks, codec / ranks, nbytes / ranks)
         decision = self.state.check(step, measured)
         record = decision.record()
         record["steps"] = steps
