@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from neoxlab.config import Config
+from neoxlab.config import Config, ConfigError
 from neoxlab.engines.registry import engine_of
 from neoxlab.layout import Layout
 from neoxlab.omb import task as omb
@@ -49,8 +49,15 @@ def _engine_files(cfg: Config, layout: Layout, run_dir: Path) -> None:
     """The engine's own config: DeepSpeed's JSON (builtin) or GPT-NeoX's YAML (neox); with
     compression=auto, the model's plan the ranks re-check against (tune/online.py)."""
     engine_of(cfg).files(cfg, layout, run_dir)
-    if cfg.compression.scheme == "auto":
+    if cfg.compression.scheme != "auto":
+        return
+    try:
         tune_online.write_plan(cfg, layout, run_dir)
+    except ConfigError as exc:
+        if cfg.launch.submit:
+            raise
+        print(f"[neoxlab] compression=auto: no plan priced ({exc}); launch.submit=false, "
+              "so nothing runs without it", flush=True)
 
 
 TASKS: dict[str, Task] = {

@@ -80,7 +80,13 @@ class OnlineRecheck:
 
     @classmethod
     def for_run(cls, run_dir: Path, patch: CompressionPatch, rank: int) -> OnlineRecheck:
-        return cls(json.loads((run_dir / PLAN_FILE).read_text()), patch, rank, run_dir)
+        path = run_dir / PLAN_FILE
+        if not path.exists():
+            raise FileNotFoundError(
+                f"compression=auto: {path} is missing (the model's plan is priced when a run "
+                "is planned to launch; a launch.submit=false plan without the cluster's "
+                "profile has none); plan the run again with its profile in place")
+        return cls(json.loads(path.read_text()), patch, rank, run_dir)
 
     def after_step(self, step: int) -> dict[str, str]:
         """After a finished step: its seconds and bytes per dimension are kept (the first
