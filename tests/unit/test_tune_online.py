@@ -281,3 +281,17 @@ def test_bad_auto_settings_are_refused(override, words):
 
 def test_auto_yaml_passes_the_rules():
     assert validate_compression(auto()) == []
+
+
+def test_a_tuned_config_is_the_start_when_there_is_one(tmp_path):
+    (tmp_path / "tuned_tune_local.yaml").write_text(
+        "scheme: tuned_tune_local\nbackend: framework\npatch: true\nallreduce: auto\n"
+        "dims:\n  tp: {compressor: zfp, params: {rate: 12}, min_bytes: 4096}\n")
+    cfg = auto(f"tune.config_dir={tmp_path}")
+    resolved = resolve_profile(cfg)
+    plan = build_plan(cfg, resolve_layout(cfg), resolved.profile, resolved.origin)
+    assert plan["start"] == {"tp": "zfp:rate=12", "dp": "none", "zero": "none"}
+    assert str(tmp_path) in plan["start_source"]
+    missing = auto(f"tune.config_dir={tmp_path / 'none'}")
+    plan = build_plan(missing, resolve_layout(missing), resolved.profile, resolved.origin)
+    assert "the model's pick" in plan["start_source"]
