@@ -6,7 +6,7 @@ of the switch, and the median samples/s of the changed run from the switch + 1 o
 the tuned run's steady steps (the goal: within 20 steps, at least 0.9 x).
 
 Needs root + iproute2 and both rates' in-situ profiles; run it alone:
-    .venv/bin/python studies/tune_online_emulated.py [--drop-at 30] [--steps 120]
+    .venv/bin/python studies/tune_online_emulated.py [--drop-at 30] [--steps 120] [overrides]
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ REPO = Path(__file__).resolve().parents[1]
 EXPERIMENT = "tune_online_emulated"
 
 
-def start(results: Path, rate: int, steps: int) -> subprocess.Popen:
+def start(results: Path, rate: int, steps: int, overrides: list[str]) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "neoxlab", f"experiment={EXPERIMENT}",
          f"launch.results_dir={results}", f"cluster.emulated.inter.rate_mbit={rate}",
-         f"train.steps={steps}"], cwd=REPO)
+         f"train.steps={steps}", *overrides], cwd=REPO)
 
 
 def newest(results: Path) -> Path | None:
@@ -51,12 +51,14 @@ def main() -> int:
     p.add_argument("--drop-at", type=int, default=30)
     p.add_argument("--steps", type=int, default=120)
     p.add_argument("--results", type=Path, default=REPO / "results")
+    p.add_argument("overrides", nargs="*", help="for both runs, e.g. "
+                   "\"compression.auto.codecs=[none,'zfp:rate=16']\"")
     args = p.parse_args()
-    cfg = compose_experiment(EXPERIMENT, [])
+    cfg = compose_experiment(EXPERIMENT, args.overrides)
     topo = Topology.from_config(cfg.cluster.emulated, cfg.cluster.nodes,
                                 cfg.cluster.ranks_per_node)
     before = newest(args.results)
-    proc = start(args.results, 300, args.steps)
+    proc = start(args.results, 300, args.steps, args.overrides)
     while True:  # wait for step --drop-at of the new run
         run = newest(args.results)
         metrics = run / "metrics.jsonl" if run and run != before else None
@@ -71,7 +73,7 @@ def main() -> int:
     if proc.wait():
         raise SystemExit(f"the changed run failed ({proc.returncode}): {run}")
     changed = run
-    if start(args.results, 40, args.steps).wait():
+    if start(args.results, 40, args.steps, args.overrides).wait():
         raise SystemExit("the run at 40 Mbit/s failed")
     tuned = newest(args.results)
     checks = [r for r in records(changed / RECORD_FILE) if r["step"] > dropped_at]
