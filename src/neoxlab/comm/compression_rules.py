@@ -78,7 +78,60 @@ def validate_compression(cfg: Config) -> list[str]:
     if c.backend == "mpi":
         errors += _validate_mpi(cfg)
     errors += _reduce_to_owner_on_nccl(cfg)
+    if c.scheme == "auto":
+        errors += _validate_auto(cfg)
     return errors
+
+
+AUTO_STARTS = ("tuned", "model", "given")
+AUTO_REFERENCES = ("profile", "measured")
+
+
+def _validate_auto(cfg: Config) -> list[str]:
+    """compression=auto: a training run whose patch compresses (it switches the patch's
+    codecs) and re-check settings that can run."""
+    c, a = cfg.compression, cfg.compression.auto
+    errors = []
+    if cfg.task.name != "train":
+        errors.append(f"compression=auto with task={cfg.task.name}: it re-checks a training "
+                      "run's links while it trains; use task=train, or a fixed scheme here "
+                      "(task=tune writes one: configs/compression/tuned_<exp>.yaml)")
+    if c.backend != "framework" or not c.patch:
+        errors.append(f"compression=auto with compression.backend={c.backend}, compression."
+                      f"patch={c.patch}: it switches the framework patch's codecs; use "
+                      "compression.backend=framework and compression.patch=true")
+    if a.recheck_every < 2:
+        errors.append(f"compression.auto.recheck_every={a.recheck_every}: a re-check sums "
+                      "the steps since the last one; use 2 or more")
+    for spec in a.codecs:
+        try:
+            make_compressor(spec)
+        except CompressionConfigError as exc:
+            errors.append(f"compression.auto.codecs: {exc}")
+    if "none" not in a.codecs:
+        errors.append(f"compression.auto.codecs={list(a.codecs)} lacks 'none': a dimension "
+                      "the model finds no saving on must be able to go uncompressed; add it")
+    if a.start not in AUTO_STARTS:
+        errors.append(f"compression.auto.start='{a.start}' is not one of {list(AUTO_STARTS)}")
+    if a.reference not in AUTO_REFERENCES:
+        errors.append(f"compression.auto.reference='{a.reference}' is not one of "
+                      f"{list(AUTO_REFERENCES)}")
+    if a.slow_link_s_per_mb < 0 or (a.slow_link_from_step is not None
+                                    and a.slow_link_from_step < 1):
+        errors.append(f"compression.auto.slow_link_from_step={a.slow_link_from_step}, "
+                      f"slow_link_s_per_mb={a.slow_link_s_per_mb}: the stand-in slow link "
+                      "needs a step >= 1 and seconds per MB >= 0 (null: off)")
+    return errors
+
+
+def validate_online_engine(cfg: Config, rechecks: bool) -> list[str]:
+    """compression=auto needs an engine whose training loop re-checks and switches codecs
+    (its registry fact `rechecks_compression`)."""
+    if cfg.compression.scheme != "auto" or rechecks:
+        return []
+    return [f"compression=auto with engine={cfg.engine.name}: its training loop cannot "
+            "re-check the links or switch the codecs while it trains; use engine=builtin, or "
+            "run a fixed scheme (task=tune picks one: compression=tuned_<exp>)"]
 
 
 def _reduce_to_owner_on_nccl(cfg: Config) -> list[str]:

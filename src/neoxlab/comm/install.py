@@ -8,6 +8,7 @@ from neoxlab.comm.capture import Capture
 from neoxlab.comm.classify import Classifier, Grid
 from neoxlab.comm.patch import CompressionPatch
 from neoxlab.comm.policy import GROUP_OF, build_policies, library_label, mpi_environment
+from neoxlab.comm.slow_link import SlowLink
 from neoxlab.comm.strict import strict_from_env
 from neoxlab.config import Config
 from neoxlab.layout import Layout
@@ -49,8 +50,11 @@ def install_for_run(cfg: Config, layout: Layout) -> CompressionPatch | None:
     on_mpi = {g for g, b in cfg.engine.group_backends.items() if b == "mpi"}
     library = {dim: label for dim, group in GROUP_OF.items()
                if label is not None and group in on_mpi}
+    a = c.auto
+    slow = (SlowLink(a.slow_link_s_per_mb) if c.scheme == "auto"
+            and a.slow_link_from_step is not None else None)
     patch = CompressionPatch(policies, classifier, c.allreduce, strict_from_env(),
-                             library=library).install()
+                             library=library, slow_link=slow).install()
     t = cfg.tune
     if t.capture_tensors > 0:  # task=tune's capture run: messages for its codec proxy
         patch.capture = Capture(t.capture_tensors, t.capture_max_numel, t.min_bytes)

@@ -23,6 +23,7 @@ from neoxlab.comm.accounting import Accountant
 from neoxlab.comm.classify import Classifier
 from neoxlab.comm.policy import DimPolicy
 from neoxlab.comm.side_stream import SideStreams, caller_tensors
+from neoxlab.comm.slow_link import SlowLink
 
 TORCH_OPS = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor",
              "broadcast", "send", "recv", "reduce_scatter", "all_to_all_single", "reduce",
@@ -46,8 +47,9 @@ _state = _State()
 class CompressionPatch:
     def __init__(self, policies: dict[str, DimPolicy], classifier: Classifier,
                  allreduce: str = "auto", strict: bool = False,
-                 library: dict[str, str] | None = None):
+                 library: dict[str, str] | None = None, slow_link: SlowLink | None = None):
         self.policies = policies
+        self.slow_link = slow_link  # compression.auto's testing stand-in for a slower link
         # dims whose traffic the MPI library compresses (compression.backend=mpi) -> label
         self.library = library or {}
         self.strict = strict  # strict-device mode (neoxlab.comm.strict)
@@ -80,6 +82,14 @@ class CompressionPatch:
             for residual in self.residuals.values():
                 residual.mul_(self._loss_scale / old)
 
+    def switch(self, dim: str, policy: DimPolicy) -> None:
+        """A dimension's codec from its next call on (compression=auto: between steps, at the
+        same step on every rank). Error-feedback residuals stay only while the new policy
+        feeds them back: another codec's residual is still error not yet sent."""
+        self.policies[dim] = policy
+        if dim == "dp" and not policy.error_feedback:
+            self.residuals.clear()
+
     def state_dict(self) -> dict:
         """What a checkpoint must keep for training to continue bit for bit."""
         return {"residuals": {key: r.detach().cpu().clone() for key, r in self.residuals.items()},
@@ -95,6 +105,8 @@ class CompressionPatch:
     def install(self) -> CompressionPatch:
         for name in TORCH_OPS:
             original = getattr(dist, name)
+            if self.slow_link is not None:
+                original = self.slow_link.wrap(original)
             setattr(self.raw, name, original)
             self._replace(dist, name, self._torch_wrapper(name, original))
         if self.strict:

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 
 from neoxlab import layout
-from neoxlab.comm.compression_rules import validate_compression
+from neoxlab.comm.compression_rules import validate_compression, validate_online_engine
 from neoxlab.comm.group_backends import validate_group_backends
 from neoxlab.config import Config, ConfigError
 from neoxlab.engines.builtin.train_rules import validate_checkpointing
@@ -35,6 +35,7 @@ def problems(cfg: Config) -> list[str]:
     errors += validate_compression(cfg)
     engine = engine_of(cfg)
     errors += validate_group_backends(cfg.engine.group_backends, engine.routes_groups)
+    errors += validate_online_engine(cfg, engine.rechecks_compression)
     errors += TASKS[cfg.task.name].rules(cfg, world)
     errors += validate_cluster(cfg)
     errors += engine.rules(cfg)

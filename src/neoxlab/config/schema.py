@@ -92,6 +92,31 @@ class DimCompressionConfig:
     lossless_only: bool = False  # refuse a lossy compressor on this dimension
 
 
+# codecs compression=auto may switch a dimension to (each still held to tune.error_budget)
+AUTO_CODECS = ("none", "zfp:rate=8", "zfp:rate=12", "zfp:rate=16", "bf16", "int8")
+
+
+@dataclass
+class AutoCompressionConfig:
+    """compression=auto (scheme: auto): every `recheck_every` steps the builtin engine's
+    measured per-dimension comm seconds are set against the performance model; when a
+    dimension's link has moved out of tune.margin, that dimension is re-chosen for the link
+    measured, without a restart (src/neoxlab/tune/online.py, comm/online.py, docs/tune.md)."""
+
+    recheck_every: int = 10  # steps between re-checks (each sums the steps since the last)
+    codecs: list[str] = field(default_factory=lambda: list(AUTO_CODECS))
+    # the first scheme: tuned (configs/compression/tuned_<exp>.yaml when task=tune wrote one,
+    # else as model) | model (the model's pick at the profile's link) | given (compression.dims)
+    start: str = "tuned"
+    # the link the first choice is held to: profile (the one it was made for) | measured (the
+    # first re-check's estimate, no switch then: a link the profile does not describe)
+    reference: str = "profile"
+    # testing stand-in for a slower link on ranks whose link cannot be reshaped: from this
+    # step on, every collective sleeps slow_link_s_per_mb x its MB inside its timed call
+    slow_link_from_step: int | None = None
+    slow_link_s_per_mb: float = 0.0
+
+
 @dataclass
 class CompressionConfig:
     scheme: str = "none"
@@ -103,6 +128,7 @@ class CompressionConfig:
     # paper's fp32 MPI payloads under fp16 training.
     communication_dtype: str | None = None
     dims: dict[str, DimCompressionConfig] = field(default_factory=dict)
+    auto: AutoCompressionConfig = field(default_factory=AutoCompressionConfig)
 
 
 @dataclass

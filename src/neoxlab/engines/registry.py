@@ -44,6 +44,8 @@ class Engine:
     checkpoints: bool = False  # its training runs keep neoxlab checkpoints (resume, serve)
     routes_groups: bool = False  # builds its groups through comm.group_backends.GroupRouter
     reduces_to_owners: bool = False  # honours zero.reduce_to_owner (neoxlab's ZeRO hook)
+    # its training loop re-checks links and switches codecs (compression=auto)
+    rechecks_compression: bool = False
     # GPT-NeoX's parallel residual reduces attention and MLP in one TP all-reduce per layer
     fused_parallel_residual: bool = False
     # the dtype each dimension's payloads travel in (tp, pp, dp, zero -> fp32 | fp16 | bf16),
@@ -67,6 +69,7 @@ ENGINES: dict[str, Engine] = {
     "builtin": Engine(rules=_builtin_rules, files=_deepspeed_json,
                       rank_command=builtin_launch.rank_command, rank_env=builtin_launch.rank_env,
                       forkable=True, checkpoints=True, routes_groups=True, reduces_to_owners=True,
+                      rechecks_compression=True,
                       wire_dtypes=deepspeed_wire_dtypes),
     "neox": Engine(rules=validate_neox, files=write_neox_yml, rank_command=_neox_command,
                    rank_env=neox_launch.rank_env, submit_checks=check_neox_inputs,

@@ -12,12 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from neoxlab.config import Config
+from neoxlab.config import Config, ConfigError
 from neoxlab.engines.registry import engine_of
 from neoxlab.layout import Layout
 from neoxlab.omb import task as omb
 from neoxlab.perfmodel import task as predict
 from neoxlab.serve.rules import validate_serve
+from neoxlab.tune import online as tune_online
 from neoxlab.tune import task as tune
 
 Rules = Callable[[Config, int], list[str]]  # (config, world size) -> every violated rule
@@ -45,8 +46,18 @@ def _serve_rules(cfg: Config, world: int) -> list[str]:
 
 
 def _engine_files(cfg: Config, layout: Layout, run_dir: Path) -> None:
-    """The engine's own config: DeepSpeed's JSON (builtin) or GPT-NeoX's YAML (neox)."""
+    """The engine's own config: DeepSpeed's JSON (builtin) or GPT-NeoX's YAML (neox); with
+    compression=auto, the model's plan the ranks re-check against (tune/online.py)."""
     engine_of(cfg).files(cfg, layout, run_dir)
+    if cfg.compression.scheme != "auto":
+        return
+    try:
+        tune_online.write_plan(cfg, layout, run_dir)
+    except ConfigError as exc:
+        if cfg.launch.submit:
+            raise
+        print(f"[neoxlab] compression=auto: no plan priced ({exc}); launch.submit=false, "
+              "so nothing runs without it", flush=True)
 
 
 TASKS: dict[str, Task] = {

@@ -25,6 +25,7 @@ from neoxlab.config import Config
 from neoxlab.engines.builtin import checkpoint_io
 from neoxlab.engines.builtin.checkpoint_io import Resumed
 from neoxlab.engines.builtin.data import TokenWindows, micro_batches
+from neoxlab.engines.builtin.online import OnlineRecheck
 from neoxlab.engines.builtin.preemption import StopSignals, signal_name, stop_request_file
 from neoxlab.engines.builtin.reporting import StepReporter
 from neoxlab.layout import Layout, resolve_layout
@@ -207,10 +208,17 @@ def train(cfg: Config, run_dir: Path, rank: int, terminal: TextIO | None) -> Non
         runner, patch, layout = prepare(cfg, run_dir, rank, terminal)
         fresh = runner.resumed.step == 0  # testing aids fire only in attempts from step 0
         t, launch = cfg.train, cfg.launch
+        online = (OnlineRecheck.for_run(run_dir, patch, rank)
+                  if patch is not None and cfg.compression.scheme == "auto" else None)
+        slow = patch.slow_link if patch is not None else None
         for step in range(runner.resumed.step + 1, t.steps + 1):
             if fresh and launch.fail_rank == rank and step == launch.fail_step:
                 raise InjectedFailure(f"injected failure on rank {rank} at step {step}")
+            if slow is not None:  # compression=auto's stand-in for a slower link
+                slow.active = step >= cfg.compression.auto.slow_link_from_step
             runner.step(step)
+            if online is not None:
+                online.after_step(step)
             signum = stop.agreed() if step < t.steps else 0
             while fresh and step == launch.hold_step and not signum:
                 time.sleep(HOLD_POLL_S)  # a job held until its scheduler's stop signal

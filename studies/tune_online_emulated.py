@@ -1,0 +1,98 @@
+"""compression=auto when the link changes mid-run: experiment tune_online_emulated starts at
+300 Mbit/s uplinks; once its metrics show step --drop-at, the running cluster's uplinks are
+reshaped to 40 Mbit/s. A second run of the same experiment at 40 Mbit/s from the start is
+the scheme tuned for 40. Reported: the step of the first re-check that finds the change and
+of the switch, and the median samples/s of the changed run from the switch + 1 on against
+the tuned run's steady steps (the goal: within 20 steps, at least 0.9 x).
+
+Needs root + iproute2 and both rates' in-situ profiles; run it alone:
+    .venv/bin/python studies/tune_online_emulated.py [--drop-at 30] [--steps 120] [overrides]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from neoxlab.comm.online import RECORD_FILE
+from neoxlab.config.compose import compose_experiment
+from neoxlab.emulated import cluster
+from neoxlab.emulated.topology import Topology
+
+REPO = Path(__file__).resolve().parents[1]
+EXPERIMENT = "tune_online_emulated"
+
+
+def start(results: Path, rate: int, steps: int, overrides: list[str]) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "neoxlab", f"experiment={EXPERIMENT}",
+         f"launch.results_dir={results}", f"cluster.emulated.inter.rate_mbit={rate}",
+         f"train.steps={steps}", *overrides], cwd=REPO)
+
+
+def newest(results: Path) -> Path | None:
+    root = results / EXPERIMENT
+    runs = sorted(root.iterdir()) if root.exists() else []
+    return runs[-1] if runs else None
+
+
+def records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--drop-at", type=int, default=30)
+    p.add_argument("--steps", type=int, default=120)
+    p.add_argument("--results", type=Path, default=REPO / "results")
+    p.add_argument("overrides", nargs="*", help="for both runs, e.g. "
+                   "\"compression.auto.codecs=[none,'zfp:rate=16']\"")
+    args = p.parse_args()
+    cfg = compose_experiment(EXPERIMENT, args.overrides)
+    topo = Topology.from_config(cfg.cluster.emulated, cfg.cluster.nodes,
+                                cfg.cluster.ranks_per_node)
+    before = newest(args.results)
+    proc = start(args.results, 300, args.steps, args.overrides)
+    while True:  # wait for step --drop-at of the new run
+        run = newest(args.results)
+        metrics = run / "metrics.jsonl" if run and run != before else None
+        if metrics and metrics.exists() and len(records(metrics)) >= args.drop_at:
+            break
+        if proc.poll() is not None:
+            raise SystemExit(f"the 300 Mbit/s run ended ({proc.returncode}) before step "
+                             f"{args.drop_at}")
+        time.sleep(0.2)
+    cluster.reshape_uplinks(topo, dataclasses.replace(cfg.cluster.emulated.inter, rate_mbit=40))
+    dropped_at = len(records(metrics))
+    if proc.wait():
+        raise SystemExit(f"the changed run failed ({proc.returncode}): {run}")
+    changed = run
+    if start(args.results, 40, args.steps, args.overrides).wait():
+        raise SystemExit("the run at 40 Mbit/s failed")
+    tuned = newest(args.results)
+    checks = [r for r in records(changed / RECORD_FILE) if r["step"] > dropped_at]
+    seen = next((r["step"] for r in checks if any(d["changed"] for d in r["dims"])), None)
+    switched = next((r["step"] for r in checks if r["switches"]), None)
+    after = [r["samples_per_s"] for r in records(changed / "metrics.jsonl")
+             if r["step"] > (switched or seen or args.steps)]
+    steady = [r["samples_per_s"] for r in records(tuned / "metrics.jsonl")
+              if r["step"] > cfg.train.metrics_warmup_steps]
+    ratio = statistics.median(after) / statistics.median(steady) if after and steady else None
+    print(json.dumps({"changed_run": str(changed), "tuned_for_40_run": str(tuned),
+                      "dropped_after_step": dropped_at, "change_seen_at": seen,
+                      "switched_at": switched,
+                      "steps_to_retune": None if switched is None else switched - dropped_at,
+                      "samples_per_s_after": statistics.median(after) if after else None,
+                      "samples_per_s_tuned_for_40": statistics.median(steady) if steady else None,
+                      "ratio": ratio}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
