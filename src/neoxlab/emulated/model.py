@@ -122,10 +122,10 @@ def fit_rate(rows: list[dict], nodes: int = 2) -> LinkProfile:
     """One rate's sweeps (groups of one rank per node): alpha from every size, every
     benchmark at once, and the bandwidth the messages of SUSTAINED_FROM and up sustain
     (sustained_gbs); with concurrent groups, what one group got."""
-    missing = [b for b in BANDWIDTH_BENCHMARKS if not any(r["benchmark"] == b for r in rows)]
-    if missing:
-        raise ConfigError(f"an emulated_omb sweep has no {missing} rows to fit (omb.jsonl of a "
-                          "run cut short?): remove that run dir, or run the sweep again")
+    if not any(r["benchmark"] in BANDWIDTH_BENCHMARKS for r in rows):
+        raise ConfigError(f"an emulated_omb sweep has no {list(BANDWIDTH_BENCHMARKS)} rows to "
+                          "fit (omb.jsonl of a run cut short?): remove that run dir, or run "
+                          "the sweep again")
     fit = fit_alpha_beta([(b, nodes, [r for r in rows if r["benchmark"] == b], 1.0)
                           for b in BANDWIDTH_BENCHMARKS])
     return dataclasses.replace(fit, bandwidth_gbs=sustained_gbs(rows, nodes))
