@@ -14,7 +14,8 @@ from tests.conftest import REPO_ROOT
 
 SCRIPT = REPO_ROOT / "bench" / "device" / "device_check.sh"
 SECTIONS = 8
-RANK_TALLY = re.compile(r"^rank (\d): (\d+) checks passed, (\d+) failed", re.M)
+# no line anchor: four processes share the pipe, so a tally may follow another's text
+RANK_TALLY = re.compile(r"rank (\d): (\d+) checks passed, (\d+) failed")
 
 
 def test_section_timeouts_add_up_to_less_than_480_s():
