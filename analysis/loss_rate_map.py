@@ -3,7 +3,8 @@
 # studies/loss_rate_map.py compresses one dimension at a time (ZFP rates 2, 4, 8 and int4 in
 # fp32; ZFP rates 4 and 8 in bf16) on the loss study's layout, seed by seed. Points: the mean
 # |loss - the same-seed baseline| over the second half of training, mean over seeds; dashed:
-# the baseline's own seed spread over the same steps. Above it, the codec hurts.
+# the baseline's own seed spread over the same steps, for scale. A codec hurts above naive's
+# codec (ZFP rate 8) on the same dimension: the bar task=tune's budgets come from.
 # experiments: loss_rate_map
 # needs runs: no
 # outputs: figures/{exp}.rate_map.png, figures/{exp}.rate_map.pdf

@@ -8,8 +8,17 @@ Needs root + iproute2; run it alone (it is heavy, about 15 minutes with the defa
     .venv/bin/python studies/emulated_sweep.py --repeats 3 --rates none 300 200 80 40
     .venv/bin/python studies/emulated_sweep.py --layout 4x1 --rates none 40
     .venv/bin/python studies/emulated_sweep.py --layout 4x1-owner --rates 200 40
+    .venv/bin/python studies/emulated_sweep.py --tuned --repeats 3 --rates 40 200  # + the pick
+    .venv/bin/python studies/emulated_sweep.py --checks     # the pick's goals, from the table
 Appends to results/tables/emulated_sweep.sweep.csv (a row per layout, rate and scheme; a
 point measured again replaces its row), then `make figures EXP=emulated_sweep` draws it.
+
+--tuned: at each rate, task=tune first (predicted only, neoxlab.emulated.sweep.tune_point);
+its pick runs as scheme "tuned", interleaved with the others, and the rows keep the tuner's
+predicted step (and for the pick its predicted and carried uplink payload per step). The
+end prints the pick's goals per point (tuned_checks): at least 0.97x the best fixed scheme,
+predicted within 15 %, uplink bytes within 5 %, and how often it beats naive by 10 % where
+the baseline communicates 90 % of its step or more.
 
 comm share: the accounted time of the training collectives (all-reduce, reduce(-scatter),
 all-gather, all-to-all; start-up broadcasts left out) per rank over the run's summed step
@@ -23,7 +32,7 @@ processes (/proc/stat), kept beside it as the check.
 from __future__ import annotations
 
 import argparse
-import subprocess
+import csv
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -32,35 +41,37 @@ from neoxlab.emulated.sweep import (
     LAYOUTS,
     SCHEMES,
     TABLE,
+    TUNED,
+    Pick,
     Run,
-    measure,
+    naive_beaten,
     point_rows,
-    read_jsonl,
+    run_point,
+    tune_point,
+    tuned_checks,
     write,
 )
-from neoxlab.perfmodel.stretch import Sampler, during_steps, steady_window
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run(scheme: str, rate: str, layout: str, args) -> tuple[Path, dict]:
-    """One sweep point; the run dir and the load of other jobs during its steady steps."""
-    cmd = [sys.executable, "-m", "neoxlab", "experiment=emulated_sweep",
-           f"compression={scheme}", f"model={args.model}", f"train.steps={args.steps}",
-           f"cluster.emulated.inter.rate_mbit={'null' if rate == 'none' else rate}",
-           f"launch.results_dir={args.results}", *LAYOUTS[layout]]
-    with Sampler("neoxlab.engines.builtin", interval=0.05) as sampler:
-        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
-    if proc.returncode:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n"
-                           f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    run_dir = sorted((args.results / "emulated_sweep").iterdir())[-1]
-    records = read_jsonl(run_dir / "metrics.jsonl")
-    window = steady_window(records, 2)
-    whole = sampler.load(*window)
-    return run_dir, {"external": during_steps(sampler, records, 2, 2),
-                     "external_whole_steps": whole and whole.external(2),
-                     "others_cores": sampler.others_cpu(*window)}
+def print_checks(table: Path) -> None:
+    with table.open() as f:
+        checks = tuned_checks(list(csv.DictReader(f)))
+    for c in checks:
+        print(f"{c['layout']} {c['rate_mbit']:>5}: tuned {c['tuned_samples_per_s']:.3f} samples/s"
+              f", {c['vs_best_fixed']:.3f}x best fixed ({c['best_fixed']})"
+              f"{'' if c['ok_throughput'] else ' BELOW 0.97'}, {c['vs_naive']:.3f}x naive, "
+              f"baseline comm {c['baseline_comm_share']:.0%}, "
+              f"predicted {c['prediction_error']:+.1%}"
+              f"{'' if c['ok_prediction'] else ' (OUTSIDE 15 %)'}, uplink bytes "
+              f"{c['bytes_error']:+.1%}{'' if c['ok_bytes'] else ' (OUTSIDE 5 %)'}")
+    beaten, heavy = naive_beaten(checks)
+    print(f"points: {len(checks)}; at 0.97x best fixed or more: "
+          f"{sum(c['ok_throughput'] for c in checks)}; predicted within 15 %: "
+          f"{sum(c['ok_prediction'] for c in checks)}; bytes within 5 %: "
+          f"{sum(c['ok_bytes'] for c in checks)}; beats naive by 10 %: {beaten} of the {heavy} "
+          "points whose baseline communicates >= 90 % (goal: a third)")
 
 
 def main() -> int:
@@ -70,6 +81,10 @@ def main() -> int:
                         help="inter-node Mbit/s per node and direction; none: unshaped")
     parser.add_argument("--layout", choices=sorted(LAYOUTS), default="2x2")
     parser.add_argument("--schemes", nargs="+", default=list(SCHEMES))
+    parser.add_argument("--tuned", action="store_true",
+                        help="tune each rate first; its pick runs beside the schemes")
+    parser.add_argument("--checks", action="store_true",
+                        help="no runs: print the pick's goals from the table")
     parser.add_argument("--steps", type=int, default=5, help="2 warm-up steps + the median's")
     parser.add_argument("--repeats", type=int, default=1,
                         help="runs per point, interleaved (every rate and scheme once, then "
@@ -78,13 +93,25 @@ def main() -> int:
     parser.add_argument("--results", type=Path, default=REPO / "results")
     args = parser.parse_args()
     args.results = args.results.resolve()
+    if args.checks:
+        print_checks(args.results / TABLE)
+        return 0
+    schemes = [*args.schemes, TUNED] if args.tuned else args.schemes
+    picks: dict[str, Pick] = {}
     runs: dict[tuple[str, str], list[Run]] = defaultdict(list)
     for repeat in range(1, args.repeats + 1):
         for rate in args.rates:
-            for scheme in args.schemes:
-                run_dir, load = run(scheme, rate, args.layout, args)
-                runs[rate, scheme].append(Run(run_dir, measure(run_dir), load))
-                m = runs[rate, scheme][-1].metrics
+            if args.tuned and rate not in picks:
+                picks[rate] = tune_point(rate, args.layout, model=args.model,
+                                         results=args.results)
+                print(f"{args.layout} {rate:>5} tuned: {picks[rate].config} "
+                      f"({picks[rate].tune_dir})", flush=True)
+            for scheme in schemes:
+                config = picks[rate].config if scheme == TUNED else scheme
+                run = run_point(config, rate, args.layout, model=args.model,
+                                steps=args.steps, results=args.results)
+                runs[rate, scheme].append(run)
+                m, load = run.metrics, run.load
                 print(f"{args.layout} {rate:>5} {scheme:<9} run {repeat}/{args.repeats} "
                       f"{m['samples_per_s']:7.3f} samples/s  comm {m['comm_share']:4.0%}  "
                       f"codec {m['codec_share']:4.0%}  uplinks {m['uplink_MB_per_step']:6.2f} "
@@ -92,12 +119,14 @@ def main() -> int:
                       f"{load['external_whole_steps'] or 0:.1f}, others' CPU "
                       f"{load['others_cores'] or 0:.2f} cores)  loss {m['final_loss']:.4f}",
                       flush=True)
-            rows = point_rows(args.layout, rate, args.schemes, runs)
+            rows = point_rows(args.layout, rate, schemes, runs, picks.get(rate))
             write(rows, args.results / TABLE)
             print("  ".join(f"{r['scheme']} {r['gain_samples']:+.1%}" for r in rows[1:])
-                  + f"  (gains of the median runs, {len(runs[rate, args.schemes[0]])} per "
+                  + f"  (gains of the median runs, {len(runs[rate, schemes[0]])} per "
                   "point)", flush=True)
     print(f"table: {args.results / TABLE}")
+    if args.tuned:
+        print_checks(args.results / TABLE)
     return 0
 
 

@@ -14,7 +14,8 @@ with the runs it lacks, across sessions. Seed by seed, baselines first.
 
 Writes results/tables/loss_rate_map.rate_map.csv (precision, dim, codec: mean |loss - the
 same-seed baseline| over the second half, mean over seeds, the baseline's seed spread over
-the same steps, the proxy error, hurts = deviation > spread), .curves.csv (every step) and
+the same steps, the proxy error, hurts = deviation > the deviation of naive's codec, ZFP
+rate 8, on the same dimension and precision), .curves.csv (every step) and
 .budget.csv: per dimension the error budget the map supports for task=tune's proxy (the
 largest proxy error of a harmless codec below every harmful codec's; `budgets()`);
 `make figures EXP=loss_rate_map` draws the map.
@@ -36,6 +37,11 @@ EXP = "loss_rate_map"
 POINTS = {"fp32": ["zfp:rate=2", "zfp:rate=4", "zfp:rate=8", "int4"],
           "bf16": ["zfp:rate=4", "zfp:rate=8"]}
 DIMS = ("tp", "dp", "zero")  # the layout's dimensions (TP=2 x DP=2, ZeRO-1, no pipeline)
+# The bar a codec's deviation is held to: naive's codec on the same dimension and precision.
+# The seed spread (the first map's bar) let int4 on DP gradients through, and the pick that
+# used it deviated from the same-seed baseline more than naive does (neox_small, 300 steps,
+# docs/measurements/2026-12-04-tune.md); the tuner's promise is "no worse than naive".
+REFERENCE = "zfp:rate=8"
 CAPTURE = 4  # messages per dimension the baselines keep for the proxy
 
 
@@ -110,11 +116,23 @@ def proxy_error(run_dir: Path, dim: str, codec: str) -> float | None:
     return relative_error(codec, load(run_dir).get(dim, []))
 
 
+def judge(rows: list[dict]) -> None:
+    """Mark each row: `naive_deviation` (REFERENCE's on its dimension and precision) and
+    `hurts` (a deviation above it). A dimension whose reference was not run has no bar to
+    pass: its rows all hurt."""
+    bar = {(r["precision"], r["dim"]): r["deviation"] for r in rows
+           if r["codec"] == REFERENCE}
+    for r in rows:
+        r["naive_deviation"] = bar.get((r["precision"], r["dim"]))
+        r["hurts"] = r["naive_deviation"] is None or r["deviation"] > r["naive_deviation"]
+
+
 def budgets(rows: list[dict]) -> list[dict]:
-    """Per dimension: the largest proxy error of a codec within the seed spread that is below
-    the smallest proxy error of any codec that hurts. The proxy need not order codecs as the
-    loss does (int4 and ZFP err in different ways), so a harmless codec above a harmful one
-    does not raise the budget. None when no harmless codec is below every harmful one."""
+    """Per dimension: the largest proxy error of a harmless codec (deviation at most naive's
+    codec's) that is below the smallest proxy error of any codec that hurts. The proxy need
+    not order codecs as the loss does (int4 and ZFP err in different ways), so a harmless
+    codec above a harmful one does not raise the budget. None when no harmless codec is below
+    every harmful one."""
     out = []
     for dim in dict.fromkeys(r["dim"] for r in rows):
         mine = [r for r in rows if r["dim"] == dim and r["proxy_error"] is not None]
@@ -183,8 +201,8 @@ def main() -> int:
                 err = proxy_error(first_base, dim, codec)
                 rows.append({"precision": precision, "dim": dim, "codec": codec,
                              "seeds": len(devs), "deviation": float(np.mean(devs)),
-                             "seed_spread": spread, "proxy_error": err,
-                             "hurts": float(np.mean(devs)) > spread})
+                             "seed_spread": spread, "proxy_error": err})
+    judge(rows)
     tables = args.results / "tables"
     tables.mkdir(parents=True, exist_ok=True)
     budget = budgets(rows)
@@ -198,7 +216,8 @@ def main() -> int:
         err = "-" if r["proxy_error"] is None else f"{r['proxy_error']:.3g}"
         print(f"{r['precision']} {r['dim']:<4} {r['codec']:<11} deviation {r['deviation']:.4f} "
               f"(seed spread {r['seed_spread']:.4f}, {r['seeds']} seeds) proxy {err}: "
-              f"{'hurts' if r['hurts'] else 'within the seed spread'}")
+              f"{'hurts' if r['hurts'] else 'no worse than naive'} (naive's codec "
+              f"{r['naive_deviation']})")
     for b in budget:
         print(f"tune.error_budget.{b['dim']}={b['budget']} (smallest harmful proxy "
               f"{b['smallest_harmful_proxy']}, {b['codecs']} codecs)")

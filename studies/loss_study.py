@@ -66,8 +66,10 @@ def smooth(loss: np.ndarray, k: int = SMOOTH) -> np.ndarray:
 
 
 def verdict(curves: dict[str, np.ndarray]) -> dict[str, dict]:
-    """Per scheme: mean final smoothed loss, and the share of the last half's steps where its
-    mean over seeds lies outside the baseline's min..max band."""
+    """Per scheme: mean final smoothed loss, the share of the last half's steps where its
+    mean over seeds lies outside the baseline's min..max band, and seed by seed its mean and
+    largest |smoothed loss - the same seed's baseline| over the last half (curves hold the
+    same seeds in the same order; a scheme with fewer seeds gets no same-seed deviation)."""
     base = curves["none"]
     lo, hi = base.min(axis=0), base.max(axis=0)
     half = base.shape[1] // 2
@@ -75,8 +77,11 @@ def verdict(curves: dict[str, np.ndarray]) -> dict[str, dict]:
     for scheme, c in curves.items():
         mean = c.mean(axis=0)
         outside = ((mean < lo) | (mean > hi))[half:].mean()
+        gap = np.abs(c - base)[:, half:] if c.shape == base.shape else None
         out[scheme] = {"final": float(mean[-1]), "spread": float(np.ptp(c[:, -1])),
-                       "outside_late": float(outside), "leaves_band": bool(outside > OUTSIDE)}
+                       "outside_late": float(outside), "leaves_band": bool(outside > OUTSIDE),
+                       "same_seed_mean": None if gap is None else gap.mean(axis=1).tolist(),
+                       "same_seed_max": None if gap is None else gap.max(axis=1).tolist()}
     return out
 
 
@@ -131,6 +136,10 @@ def main() -> int:
             print(f"{scheme:<9} final {v['final']:.4f} (seed spread {v['spread']:.4f}); mean "
                   f"outside the baseline band on {v['outside_late']:.0%} of the last half: "
                   f"{'leaves' if v['leaves_band'] else 'stays in'} the band")
+            if v["same_seed_mean"] is not None and scheme != "none":
+                print(f"{'':<9} same-seed deviation, last half, per seed: mean " + " / ".join(
+                    f"{d:.4f}" for d in v["same_seed_mean"]) + ", max " + " / ".join(
+                    f"{d:.4f}" for d in v["same_seed_max"]))
     print(f"table: {out}")
     return 0
 

@@ -31,3 +31,16 @@ def test_no_harmful_codec_leaves_the_largest_harmless_proxy():
     rows = [row("pp", "zfp:rate=8", 0.02, False), row("pp", "int4", 0.1, False)]
     (only,) = loss_rate_map.budgets(rows)
     assert only["budget"] == 0.1 and only["smallest_harmful_proxy"] is None
+
+
+def test_a_codec_hurts_when_it_deviates_more_than_naives_codec_on_its_dimension():
+    rows = [{"precision": "fp32", "dim": "dp", "codec": "zfp:rate=8", "deviation": 0.0005},
+            # inside a seed spread of 0.057, yet 35x naive's deviation: the int4 pick's case
+            {"precision": "fp32", "dim": "dp", "codec": "int4", "deviation": 0.0177},
+            {"precision": "fp32", "dim": "tp", "codec": "int8", "deviation": 0.0001},
+            {"precision": "bf16", "dim": "dp", "codec": "zfp:rate=4", "deviation": 0.0004}]
+    loss_rate_map.judge(rows)
+    hurts = {(r["precision"], r["dim"], r["codec"]): r["hurts"] for r in rows}
+    assert hurts == {("fp32", "dp", "zfp:rate=8"): False, ("fp32", "dp", "int4"): True,
+                     # no reference run on the dimension or precision: no bar to pass
+                     ("fp32", "tp", "int8"): True, ("bf16", "dp", "zfp:rate=4"): True}

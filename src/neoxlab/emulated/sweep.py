@@ -1,14 +1,21 @@
-"""The emulated sweep's measurements: a run dir's training collectives, codec seconds and
-uplink bytes, the median run of a point, its rows with the gains over the baseline, and the
-sweep table (results/tables/emulated_sweep.sweep.csv). The driver is
-studies/emulated_sweep.py; studies/emulated_model.py and the figures read the same table."""
+"""The emulated sweep's runs and measurements: one point's run, the tuner's pick for a point,
+a run dir's training collectives, codec seconds and uplink bytes, the median run of a point,
+its rows with the gains over the baseline, and the sweep table
+(results/tables/emulated_sweep.sweep.csv). The driver is studies/emulated_sweep.py;
+studies/emulated_model.py, studies/tune_regret.py and the figures read the same table."""
 
 from __future__ import annotations
 
 import csv
 import json
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from neoxlab.emulated.wire import accounted_between_nodes, payload_bytes
+from neoxlab.files import REPO_ROOT
+from neoxlab.perfmodel.stretch import Sampler, during_steps, steady_window
 
 SCHEMES = ("none", "naive", "zhybrid", "mzhybrid")
 LAYOUTS = {  # name -> overrides of experiment emulated_sweep
@@ -17,7 +24,11 @@ LAYOUTS = {  # name -> overrides of experiment emulated_sweep
     # the same, ZeRO-1 gradients reduced to their owners (zero.reduce_to_owner)
     "4x1-owner": ["cluster.nodes=4", "cluster.ranks_per_node=1", "parallel.tp=1",
                   "zero.reduce_to_owner=true"],
+    # pipeline stages across the nodes: TP=2 inside a node x PP=2 over the uplink, 2
+    # micro-batches a step (no DP, so no gradient or ZeRO traffic between nodes)
+    "2x2-pp": ["parallel.pp=2", "parallel.grad_accum=2"],
 }
+TUNED = "tuned"  # the table's name for the tuner's pick at a point
 STEP_OPS = ("all_reduce", "reduce", "all_gather", "all_to_all")  # prefixes: reduce_scatter too
 TABLE = Path("tables") / "emulated_sweep.sweep.csv"
 KEY = ("layout", "rate_mbit", "scheme")
@@ -64,7 +75,70 @@ def measure(run_dir: Path) -> dict:
 class Run:
     run_dir: Path
     metrics: dict  # measure()
-    load: dict  # other jobs' load during it (run())
+    load: dict  # other jobs' load during it (run_point())
+
+
+def run_point(compression: str, rate: str, layout: str, *, model: str, steps: int,
+              results: Path) -> Run:
+    """One run of experiment emulated_sweep with a compression config at an uplink rate
+    ("none": unshaped), measured, with the load of other jobs during its steady steps."""
+    cmd = [sys.executable, "-m", "neoxlab", "experiment=emulated_sweep",
+           f"compression={compression}", f"model={model}", f"train.steps={steps}",
+           f"cluster.emulated.inter.rate_mbit={'null' if rate == 'none' else rate}",
+           f"launch.results_dir={results}", *LAYOUTS[layout]]
+    with Sampler("neoxlab.engines.builtin", interval=0.05) as sampler:
+        proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True)
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n"
+                           f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    run_dir = sorted((results / "emulated_sweep").iterdir())[-1]
+    records = read_jsonl(run_dir / "metrics.jsonl")
+    window = steady_window(records, 2)
+    whole = sampler.load(*window)
+    return Run(run_dir, measure(run_dir), {
+        "external": during_steps(sampler, records, 2, 2),
+        "external_whole_steps": whole and whole.external(2),
+        "others_cores": sampler.others_cpu(*window)})
+
+
+@dataclass(frozen=True)
+class Pick:
+    """The tuner's pick for one point: the compression config it runs as, the tune run dir,
+    and the predicted step per scheme (the pick as TUNED, the fixed schemes by name)."""
+
+    config: str
+    tune_dir: Path
+    predicted_step_s: dict[str, float]
+    uplink_payload_bytes: float | None  # per step, the pick's, as the model counts them
+
+
+def tuned_name(layout: str, rate: str) -> str:
+    return f"tuned_sweep_{layout.replace('-', '_')}_{rate}"
+
+
+def tune_point(rate: str, layout: str, *, model: str, results: Path,
+               extra: tuple[str, ...] = ()) -> Pick:
+    """task=tune (predicted only: tune.measure=false, proxy on stand-ins, no probes) for the
+    layout at the rate; its pick is copied to configs/compression/<tuned_name>.yaml (a
+    git-ignored name) so every later run of the point runs it as `compression=<name>`."""
+    name = tuned_name(layout, rate)
+    cmd = [sys.executable, "-m", "neoxlab", "experiment=tune_emulated", f"model={model}",
+           f"cluster.emulated.inter.rate_mbit={'null' if rate == 'none' else rate}",
+           "tune.measure=false", f"launch.results_dir={results}", *LAYOUTS[layout], *extra]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True)
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n"
+                           f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    tune_dir = sorted((results / "tune" / "tune_emulated").iterdir())[-1]
+    summary = json.loads((tune_dir / "tune.json").read_text())
+    chosen = Path(summary["config"])
+    text = chosen.read_text().replace(chosen.stem, name)  # its scheme and its run line
+    (REPO_ROOT / "configs" / "compression" / f"{name}.yaml").write_text(text)
+    with (results / "tables" / "tune_emulated.tune.csv").open() as f:
+        fixed = {r["label"]: float(r["predicted_step_s"]) for r in csv.DictReader(f)
+                 if r["kind"] == "fixed" and r["predicted_step_s"]}
+    return Pick(name, tune_dir, {TUNED: summary["chosen_step_s"], **fixed},
+                summary.get("chosen_uplink_payload_bytes_per_step"))
 
 
 def median_run(runs: list[Run]) -> Run:
@@ -74,7 +148,7 @@ def median_run(runs: list[Run]) -> Run:
 
 
 def point_rows(layout: str, rate: str, schemes: list[str],
-               runs: dict[tuple[str, str], list[Run]]) -> list[dict]:
+               runs: dict[tuple[str, str], list[Run]], pick: Pick | None = None) -> list[dict]:
     """A rate's table rows, gains over the first scheme's (the baseline's) median run, with
     the spread of samples/s over the point's runs."""
     base = median_run(runs[rate, schemes[0]])
@@ -89,8 +163,34 @@ def point_rows(layout: str, rate: str, schemes: list[str],
                      / base.metrics["tflops_per_gpu"] - 1,
                      "baseline_comm_share": base.metrics["comm_share"], **mid.load,
                      "runs": len(speeds), "samples_per_s_min": min(speeds),
-                     "samples_per_s_max": max(speeds), "run_dir": str(mid.run_dir)})
+                     "samples_per_s_max": max(speeds), "run_dir": str(mid.run_dir),
+                     **_predicted(pick, scheme, mid)})
     return rows
+
+
+def _predicted(pick: Pick | None, scheme: str, run: Run) -> dict:
+    """The tuner's prediction beside a measured row; the pick's uplink bytes beside the
+    payload its median run's uplinks carried."""
+    if pick is None:
+        return {}
+    out = {"predicted_step_s": pick.predicted_step_s.get(scheme), "tuned_config": pick.config,
+           "tune_dir": str(pick.tune_dir)}
+    if scheme == TUNED:
+        out["uplink_payload_bytes_per_step"] = step_uplink_payload(run.run_dir)
+        out["predicted_uplink_payload_bytes_per_step"] = pick.uplink_payload_bytes
+    return out
+
+
+def step_uplink_payload(run_dir: Path) -> float:
+    """TCP payload the uplinks carried per training step: all of it, less what the accounting
+    says the other collectives (start-up broadcasts) sent between nodes, over the steps."""
+    network = json.loads((run_dir / "network.json").read_text())
+    carried = sum(payload_bytes(u) for u in network["uplinks"].values())
+    rows = read_jsonl(run_dir / "comm_groups.jsonl")
+    per_node = network["ranks_per_node"]
+    other = accounted_between_nodes([r for r in rows if not r["op"].startswith(STEP_OPS)],
+                                    lambda rank: rank // per_node)
+    return (carried - other) / len(read_jsonl(run_dir / "metrics.jsonl"))
 
 
 def write(rows: list[dict], path: Path) -> None:
@@ -106,3 +206,54 @@ def write(rows: list[dict], path: Path) -> None:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows([*kept, *rows])
+
+
+FIXED = ("none", "naive", "zhybrid", "mzhybrid")
+
+
+def tuned_checks(rows: list[dict]) -> list[dict]:
+    """Per point with a tuned row (table rows, strings or numbers): the pick's median samples/s
+    over the best fixed scheme's and over naive's, the baseline's communication share, the
+    pick's predicted step over its measured one, and its predicted uplink payload over the
+    measured; `ok_*` hold the goals (0.97x the best fixed, 15 %, 5 %)."""
+    points: dict[tuple[str, str], dict[str, dict]] = {}
+    for r in rows:
+        points.setdefault((r["layout"], str(r["rate_mbit"])), {})[r["scheme"]] = r
+    out = []
+    for (layout, rate), by in points.items():
+        tuned = by.get(TUNED)
+        fixed = {s: float(by[s]["samples_per_s"]) for s in FIXED if s in by}
+        if tuned is None or not fixed:
+            continue
+        speed = float(tuned["samples_per_s"])
+        best = max(fixed, key=fixed.get)
+        check = {"layout": layout, "rate_mbit": rate, "tuned_samples_per_s": speed,
+                 "best_fixed": best, "vs_best_fixed": speed / fixed[best],
+                 "vs_naive": speed / fixed["naive"] if "naive" in fixed else None,
+                 "baseline_comm_share": float(tuned["baseline_comm_share"]),
+                 "prediction_error": _ratio(tuned.get("predicted_step_s"),
+                                            tuned["step_s"]) - 1,
+                 "bytes_error": _ratio(tuned.get("predicted_uplink_payload_bytes_per_step"),
+                                       tuned.get("uplink_payload_bytes_per_step")) - 1}
+        check["ok_throughput"] = check["vs_best_fixed"] >= 0.97
+        check["ok_prediction"] = abs(check["prediction_error"]) <= 0.15
+        check["ok_bytes"] = abs(check["bytes_error"]) <= 0.05
+        out.append(check)
+    return out
+
+
+def _ratio(a, b) -> float:
+    """a / b of table values; nan where either is missing."""
+    try:
+        return float(a) / float(b)
+    except (TypeError, ValueError, ZeroDivisionError):
+        return float("nan")
+
+
+def naive_beaten(checks: list[dict], by: float = 0.10, comm_share: float = 0.90
+                 ) -> tuple[int, int]:
+    """(points where the pick beats naive by `by`, points whose baseline spends at least
+    `comm_share` of its step communicating): the goal is a third of the latter or more."""
+    heavy = [c for c in checks if c["baseline_comm_share"] >= comm_share
+             and c["vs_naive"] is not None]
+    return sum(c["vs_naive"] >= 1 + by for c in heavy), len(heavy)

@@ -1,0 +1,94 @@
+"""The goals the tuner's pick is held to on the emulated sweep (neoxlab.emulated.sweep) and the
+regret study's ranking measure (studies/tune_regret.py), on small fixtures."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from neoxlab.emulated import sweep
+from neoxlab.emulated.wire import HEADER_BYTES
+
+STUDY = Path(__file__).resolve().parents[2] / "studies" / "tune_regret.py"
+spec = importlib.util.spec_from_file_location("tune_regret", STUDY)
+tune_regret = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(tune_regret)
+
+
+def row(scheme: str, speed: float, rate: str = "40", comm: float = 0.95, **extra) -> dict:
+    # as csv.DictReader gives them: strings
+    return {"layout": "2x2", "rate_mbit": rate, "scheme": scheme, "samples_per_s": str(speed),
+            "baseline_comm_share": str(comm), **{k: str(v) for k, v in extra.items()}}
+
+
+def test_the_pick_is_held_to_the_best_fixed_scheme_its_prediction_and_its_bytes():
+    rows = [row("none", 0.25), row("naive", 0.90), row("zhybrid", 0.47), row("mzhybrid", 0.46),
+            row("tuned", 0.88, step_s=4.0, predicted_step_s=4.5,
+                uplink_payload_bytes_per_step=1.0e6,
+                predicted_uplink_payload_bytes_per_step=1.04e6)]
+    (check,) = sweep.tuned_checks(rows)
+    assert check["best_fixed"] == "naive"
+    assert check["vs_best_fixed"] == pytest.approx(0.88 / 0.90)
+    assert check["ok_throughput"]  # 0.978 >= 0.97
+    assert check["prediction_error"] == pytest.approx(0.125) and check["ok_prediction"]
+    assert check["bytes_error"] == pytest.approx(0.04) and check["ok_bytes"]
+
+    slow = [*rows[:4], row("tuned", 0.85, step_s=4.0, predicted_step_s=3.0)]
+    (check,) = sweep.tuned_checks(slow)
+    assert not check["ok_throughput"]  # 0.944x naive
+    assert not check["ok_prediction"]  # -25 %
+    assert not check["ok_bytes"]  # nothing predicted: not a pass
+
+
+def test_beating_naive_counts_only_points_where_the_baseline_mostly_communicates():
+    checks = [{"baseline_comm_share": 0.95, "vs_naive": 1.12},
+              {"baseline_comm_share": 0.92, "vs_naive": 1.05},
+              {"baseline_comm_share": 0.98, "vs_naive": 1.10},
+              {"baseline_comm_share": 0.80, "vs_naive": 1.50}]  # not communication-bound
+    assert sweep.naive_beaten(checks) == (2, 3)
+
+
+def test_a_point_without_a_tuned_row_has_no_check():
+    assert sweep.tuned_checks([row("none", 1.0), row("naive", 1.2)]) == []
+
+
+def test_the_steps_uplink_payload_leaves_out_start_up_broadcasts_and_headers(tmp_path):
+    # 2 nodes x 2 ranks; a broadcast to all 4 (a row on each rank: comm_groups.jsonl has every
+    # rank's rows) and the DP all-reduce of ranks 0 and 2 across the nodes, over 4 steps
+    bcast = 1_000_000
+    rows = [{"op": "broadcast", "ranks": [0, 1, 2, 3], "bytes_out": bcast}] * 4 + [
+        {"op": "all_reduce", "ranks": [0, 2], "bytes_out": 8_000_000}] * 2
+    step_payload = 2 * 2_000_000  # what the steps' traffic left the two nodes with
+    # broadcast: each of 4 ranks accounts (n-1)/n of it; a ring 0-1-2-3 crosses nodes on 2
+    # of its 4 hops
+    broadcast_cross = 4 * bcast * 3 / 4 * 2 / 4
+    packets = 1000
+    carried = step_payload * 4 + broadcast_cross
+    network = {"ranks_per_node": 2, "nodes": 2, "uplinks": {
+        "n0": {"tx_bytes": carried / 2 + HEADER_BYTES * packets, "tx_packets": packets},
+        "n1": {"tx_bytes": carried / 2 + HEADER_BYTES * packets, "tx_packets": packets}}}
+    (tmp_path / "network.json").write_text(json.dumps(network))
+    (tmp_path / "comm_groups.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps({"step": i})
+                                                      for i in range(1, 5)))
+    assert sweep.step_uplink_payload(tmp_path) == pytest.approx(step_payload)
+
+
+def test_kendall_tau_is_one_for_the_same_order_and_minus_one_for_the_reverse():
+    predicted = [1.0, 2.0, 3.0, 4.0]
+    assert tune_regret.kendall_tau(predicted, [10, 20, 30, 40]) == 1.0
+    assert tune_regret.kendall_tau(predicted, [40, 30, 20, 10]) == -1.0
+    # one swapped neighbour pair of 6 pairs: (5 - 1) / 6
+    assert tune_regret.kendall_tau(predicted, [10, 30, 20, 40]) == pytest.approx(4 / 6)
+
+
+def test_regret_is_the_picks_measured_speed_over_the_best_measured():
+    runs = [{"layout": "2x2", "rate_mbit": "40", "label": name, "chosen": name == "pick",
+             "samples_per_s": speed, "step_s": 1 / speed, "predicted_step_s": pred}
+            for name, speed, pred in (("pick", 0.96, 1.0), ("best", 1.0, 1.1),
+                                      ("none", 0.2, 5.0))]
+    (v,) = tune_regret.verdicts(runs)
+    assert v["pick"] == "pick" and v["best"] == "best"
+    assert v["pick_over_best"] == pytest.approx(0.96)
+    assert v["kendall_tau"] == pytest.approx(1 / 3)  # pick and best predicted in reverse
