@@ -34,6 +34,7 @@ from neoxlab.tune.candidates import (
 )
 from neoxlab.tune.choose import Scored, combine, eligible, score_candidates
 from neoxlab.tune.probe import Run
+from neoxlab.tune.ranked import export_ranked, spread
 from neoxlab.tune.report import Outcome, write_config
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -469,3 +470,125 @@ def test_the_chosen_config_runs_as_a_compression_option(tmp_path, monkeypatch, o
                                     if v.compressor != "none"}
     assert (ran.compression.scheme, ran.compression.allreduce) == (meant.scheme, meant.allreduce)
     assert ran.zero.reduce_to_owner is owner
+
+
+# ---- the ranking exported for regret runs ------------------------------------------------
+
+def test_spread_picks_evenly_and_keeps_the_baseline_and_the_pick():
+    assert spread(9, 3, set()) == [0, 4, 8]
+    assert spread(9, 3, {5}) == [0, 5, 8]  # 5 replaces the nearest evenly spaced one, 4
+    assert spread(9, 2, {3, 6}) == [3, 6]
+    assert spread(3, 5, {1}) == [0, 1, 2]
+
+
+def ranked_outcome(cfg, profile=None) -> tuple[Outcome, str, str]:
+    """dp_only's candidates at 100 kB/s, every codec passing stage (a) but ZFP on DP, the
+    fastest compressed scheme rejected by its probe and the next one chosen. Also the
+    rejected and the chosen scheme's labels."""
+    profile = profile or slow_link_profile(cfg, 1e-4)
+    cands, _ = enumerate_candidates(cfg, resolve_layout(cfg))
+    base, scored = score_candidates(cfg, cands, profile, "fixture")
+    verdicts = {(c.dim, c.codec): guard.Verdict(not (c.dim == "dp" and c.codec == "zfp:rate=8"),
+                                                "fixture") for c in cands}
+    schemes = combine(cfg, scored, lambda c: verdicts[(c.dim, c.codec)].ok, profile,
+                      "fixture", base)
+    rejected, chosen = [s for s in schemes if s.scheme.parts][:2]
+    probes = {rejected.scheme.label: (1.0, 0.5), chosen.scheme.label: (0.1, 0.5)}
+    scheme_verdicts = {rejected.scheme.label: guard.Verdict(False, "fixture: deviates"),
+                       chosen.scheme.label: guard.Verdict(True, "fixture: passes")}
+    out = Outcome(cfg.experiment, base, scored, [], {}, verdicts, "fixture", schemes,
+                  scheme_verdicts, probes, chosen, {"total": 1.0}, profile=profile)
+    return out, rejected.scheme.label, chosen.scheme.label
+
+
+def ranked_cfg(k: int, *extra: str):
+    return local("parallel.tp=1", "cluster.ranks_per_node=2",
+                 "tune.codecs=[none,'zfp:rate=8',int8,bf16]", f"tune.export_ranked={k}", *extra)
+
+
+@pytest.mark.parametrize("k", [4, 100])
+def test_the_ranked_export_spreads_guard_passing_schemes_fastest_first(tmp_path, k):
+    cfg = ranked_cfg(k)
+    out, rejected, chosen = ranked_outcome(cfg)
+    rows = export_ranked(cfg, out, tmp_path)
+    assert rows == json.loads((tmp_path / "ranked.json").read_text())
+    files = sorted((tmp_path / "ranked").glob("*.yaml"))
+    assert [f.stem for f in files] == [r["name"] for r in rows]
+    steps = [r["predicted_step_s"] for r in rows]
+    assert steps == sorted(steps)
+    if k == 4:
+        assert len(rows) == 4
+    else:  # every option: more than 4, so the k=4 export had to leave some out
+        assert 4 < len(rows) < k
+    labels = [r["label"] for r in rows]
+    assert len(set(labels)) == len(labels)
+    assert [r["label"] for r in rows if r["baseline"]] == ["none"]
+    assert [r["label"] for r in rows if r["chosen"]] == [chosen]
+    assert rejected not in labels  # its probe failed
+    assert not any("dp=zfp" in label for label in labels)  # its proxy failed
+    assert all("uplink_payload_bytes_per_step" not in r for r in rows)  # not emulated
+    for f in files:
+        data, applied = load_scheme(f, cfg)
+        assert data.get("compression", data)["scheme"] == f.stem
+        assert applied.compression.scheme == f.stem
+        global_package = f.read_text().startswith("# @package _global_\n")
+        assert global_package == ("zero" in data)
+
+
+def test_no_ranked_export_by_default(tmp_path):
+    cfg = ranked_cfg(0)
+    out, _, _ = ranked_outcome(cfg)
+    assert export_ranked(cfg, out, tmp_path) == []
+    assert not (tmp_path / "ranked.json").exists()
+
+
+def test_ranked_schemes_on_the_emulated_cluster_carry_their_uplink_bytes(tmp_path):
+    cfg = compose_experiment("emulated_2x2", ["parallel.tp=1", "tune.export_ranked=3",
+                                              "tune.codecs=[none,int8]", "tune.dims=[dp]"])
+    out, _, _ = ranked_outcome(cfg, slow_link_profile(local(), 1e-4))
+    rows = export_ranked(cfg, out, tmp_path)
+    uplink = {r["label"]: r["uplink_payload_bytes_per_step"] for r in rows}
+    assert len(uplink) == 3
+    # int8 on DP (uncompressed ZeRO all-gather and control stay) sends fewer bytes
+    assert all(v < uplink["none"] for label, v in uplink.items() if label != "none")
+
+
+def test_the_ranked_configs_run_as_compression_options(tmp_path, monkeypatch):
+    """A copy of each ranked file in configs/compression/ composes as `compression=<stem>`
+    and passes every rule."""
+    import shutil
+
+    from neoxlab.commands.check import check
+    from neoxlab.config import compose
+
+    configs = tmp_path / "configs"
+    shutil.copytree(compose.CONFIG_DIR, configs)
+    monkeypatch.setattr(compose, "CONFIG_DIR", configs)
+    cfg = ranked_cfg(4)
+    out, _, _ = ranked_outcome(cfg)
+    for row in export_ranked(cfg, out, tmp_path / "run"):
+        shutil.copy(tmp_path / "run" / "ranked" / f"{row['name']}.yaml", configs / "compression")
+        ran = compose.compose_experiment("tune_local", [
+            "task=train", "parallel.tp=1", "cluster.ranks_per_node=2",
+            f"compression={row['name']}"])
+        check(ran)
+        assert ran.compression.scheme == row["name"]
+
+
+def test_tune_json_has_the_predicted_uplink_bytes_on_the_emulated_cluster_only():
+    emulated = compose_experiment("emulated_2x2", ["parallel.tp=1", "tune.codecs=[none,int8]",
+                                                   "tune.dims=[dp]"])
+    out, _, _ = ranked_outcome(emulated, slow_link_profile(local(), 1e-4))
+    written = tune_task.summary(emulated, out, Path("x.yaml"), 0)
+    # the pick compresses DP's gradients: fewer bytes leave the nodes than uncompressed
+    assert 0 < written["chosen_uplink_payload_bytes_per_step"] < written[
+        "baseline_uplink_payload_bytes_per_step"]
+    plain = ranked_cfg(0)
+    written = tune_task.summary(plain, ranked_outcome(plain)[0], Path("x.yaml"), 0)
+    assert written["chosen_uplink_payload_bytes_per_step"] is None
+    assert written["baseline_uplink_payload_bytes_per_step"] is None
+
+
+def test_a_ranked_export_of_one_is_refused():
+    assert any("tune.export_ranked=1" in e for e in tune_task.rules(ranked_cfg(1), 2))
+    assert not any("export_ranked" in e for e in tune_task.rules(ranked_cfg(2), 2))

@@ -345,6 +345,9 @@ class TuneConfig:
                                                         "mzhybrid"])
     config_dir: str = "configs/compression"  # where the chosen scheme's YAML goes (repo-relative)
     run_timeout_s: int = 1800  # one capture or probe run
+    # > 0: up to this many guard-passing schemes, spread over the predicted ranking (the
+    # baseline and the pick always among them), as configs in <run_dir>/ranked/ (regret runs)
+    export_ranked: int = 0
 
 
 @dataclass

@@ -125,11 +125,15 @@ def compressed(msg: Message, link: LinkProfile, codec: Codec) -> Cost:
     return Cost(comm, codec_time(p, enc, enc_calls, dec, dec_calls))
 
 
-def message_cost(msg: Message, link: LinkProfile, codec: Codec | None) -> Cost:
-    """One call; compressed only when the dimension has a codec and the message is big enough
-    (the patch compares the caller's tensor, a part for all-gathers and reduces to owners,
-    with min_bytes)."""
+def compresses(msg: Message, codec: Codec | None) -> bool:
+    """The dimension has a codec and the message is big enough for it (the patch compares
+    the caller's tensor, a part for all-gathers and reduces to owners, with min_bytes)."""
     shard = msg.nbytes / msg.group if msg.op in PARTED_OPS else msg.nbytes
-    if codec is None or shard < codec.min_bytes:
+    return codec is not None and shard >= codec.min_bytes
+
+
+def message_cost(msg: Message, link: LinkProfile, codec: Codec | None) -> Cost:
+    """One call; compressed only where compresses() says so."""
+    if not compresses(msg, codec):
         return Cost(plain(msg, link), 0.0)
     return compressed(msg, link, codec)

@@ -15,6 +15,7 @@ import pandas as pd
 import yaml
 
 from neoxlab.config import Config
+from neoxlab.config.profile import PerfProfile
 from neoxlab.files import REPO_ROOT, now
 from neoxlab.results.tables import write_table
 from neoxlab.run import rundir
@@ -47,6 +48,7 @@ class Outcome:
     fixed: dict = field(default_factory=dict)  # fixed scheme -> Prediction, or why not
     notes: list[str] = field(default_factory=list)
     profile_origin: str = ""
+    profile: PerfProfile | None = None  # the one predicted with (uplink bytes, ranked export)
 
 
 def candidate_row(cfg: Config, s: Scored, out: Outcome) -> dict:
@@ -179,33 +181,40 @@ def summary(out: Outcome) -> str:
     return "\n".join(lines)
 
 
-def write_config(cfg: Config, out: Outcome, run_dir: Path) -> Path:
-    """The chosen scheme as configs/compression/tuned_<exp>.yaml (or tune.config_dir):
-    `make run EXP=<exp> compression=tuned_<exp>` runs it. A changed zero.reduce_to_owner
-    needs the global package, so the file then sets both."""
-    name = f"tuned_{cfg.experiment}"
-    applied = apply(cfg, Scheme(name, out.chosen.scheme.parts))
+def render_scheme(cfg: Config, scheme: Scheme, name: str, header: list[str]) -> str:
+    """The scheme as the text of configs/compression/<name>.yaml (its `scheme:` is `name`,
+    so `compression=<name>` runs it), `header` as its first comment lines. A changed
+    zero.reduce_to_owner needs the global package, so the file then sets both."""
+    applied = apply(cfg, Scheme(name, scheme.parts))
     c = applied.compression
     body = {"scheme": name, "backend": "framework", "patch": True, "allreduce": c.allreduce,
             "dims": {dim: {"compressor": d.compressor, "params": dict(d.params),
                            "min_bytes": d.min_bytes, "error_feedback": d.error_feedback}
                      for dim, d in c.dims.items() if d.compressor != "none"}}
-    b, p = out.base.prediction, out.chosen.prediction
-    verdict = out.scheme_verdicts.get(out.chosen.scheme.label, Verdict(True, "the baseline"))
-    header = [f"# Chosen by task=tune for experiment {cfg.experiment} ({now()}; {run_dir}).",
-              f"# Predicted step {p.step_s:.4g} s against {b.step_s:.4g} s uncompressed "
-              f"({(b.step_s / p.step_s - 1) * 100:+.1f} % samples/s); guard: "
-              f"{verdict.reason}.",
-              f"# Run: make run EXP={cfg.experiment} task=train compression={name}"]
+    lines = [f"# {line}" for line in header]
     if applied.zero.reduce_to_owner != cfg.zero.reduce_to_owner:
-        header.insert(0, "# @package _global_")
+        lines.insert(0, "# @package _global_")
         data = {"compression": body, "zero": {"reduce_to_owner": applied.zero.reduce_to_owner}}
     else:
         data = body
+    return "\n".join(lines) + "\n" + yaml.safe_dump(data, sort_keys=False)
+
+
+def write_config(cfg: Config, out: Outcome, run_dir: Path) -> Path:
+    """The chosen scheme as configs/compression/tuned_<exp>.yaml (or tune.config_dir):
+    `make run EXP=<exp> compression=tuned_<exp>` runs it."""
+    name = f"tuned_{cfg.experiment}"
+    b, p = out.base.prediction, out.chosen.prediction
+    verdict = out.scheme_verdicts.get(out.chosen.scheme.label, Verdict(True, "the baseline"))
+    header = [f"Chosen by task=tune for experiment {cfg.experiment} ({now()}; {run_dir}).",
+              f"Predicted step {p.step_s:.4g} s against {b.step_s:.4g} s uncompressed "
+              f"({(b.step_s / p.step_s - 1) * 100:+.1f} % samples/s); guard: "
+              f"{verdict.reason}.",
+              f"Run: make run EXP={cfg.experiment} task=train compression={name}"]
+    text = render_scheme(cfg, out.chosen.scheme, name, header)
     directory = Path(cfg.tune.config_dir)
     path = (directory if directory.is_absolute() else REPO_ROOT / directory) / f"{name}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = "\n".join(header) + "\n" + yaml.safe_dump(data, sort_keys=False)
     rundir.write_atomic(path, text)
     rundir.write_atomic(run_dir / f"{name}.yaml", text)
     return path

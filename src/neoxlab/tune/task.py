@@ -3,7 +3,8 @@
     make run EXP=<experiment> task=tune [overrides]
 
 A run dir under <results>/tune/<exp>/ holds the frozen config, the profile used
-(profile.json), every real run it made (runs/), tune.json and the chosen scheme's YAML;
+(profile.json), every real run it made (runs/), tune.json, the chosen scheme's YAML and,
+with tune.export_ranked, ranked/ and ranked.json (tune/ranked.py);
 the table goes to <results>/tables/<exp>.tune.* and the figure to
 <results>/figures/<exp>.tune.*. launch.submit=false plans the run dir and stops there.
 """
@@ -35,6 +36,7 @@ from neoxlab.tune.candidates import (
 from neoxlab.tune.choose import Scored, combine, predict_fixed, score_candidates
 from neoxlab.tune.guard import Verdict
 from neoxlab.tune.probe import Budget, Run, Runner, estimate_s
+from neoxlab.tune.ranked import export_ranked, uplink_bytes
 from neoxlab.tune.report import Outcome, table, write_config, write_tables
 
 TUNE_DIR = "tune"  # under launch.results_dir; `make collect` skips it
@@ -64,6 +66,9 @@ def rules(cfg: Config, world: int) -> list[str]:
     if not 0.0 < t.probe_share <= 1.0:
         errors.append(f"tune.probe_share={t.probe_share} is a share of the guarded run; use "
                       "(0, 1]")
+    if t.export_ranked < 0 or t.export_ranked == 1:
+        errors.append(f"tune.export_ranked={t.export_ranked}: 0 (off) or >= 2 (the baseline "
+                      "and the chosen scheme are always exported)")
     if any(not b > 0 for b in t.error_budget.values()):
         errors.append(f"tune.error_budget={dict(t.error_budget)}: every budget must be > 0")
     if t.measure:
@@ -101,17 +106,33 @@ def run_tune(cfg: Config, configs: list[Config], argv: list[str]) -> int:
     out.cost_s["total"] = time.perf_counter() - start
     paths = write_tables(table(cfg, out), out, results / "tables")
     config = write_config(cfg, out, run_dir)
-    rundir.write_json(run_dir / "tune.json", {
-        "chosen": out.chosen.scheme.label, "config": str(config), "cost_s": out.cost_s,
-        "notes": out.notes, "profile": out.profile_origin, "proxy_tensors": out.proxy_source,
-        "baseline_step_s": out.base.step_s, "chosen_step_s": out.chosen.step_s})
+    ranked = export_ranked(cfg, out, run_dir)
+    rundir.write_json(run_dir / "tune.json", summary(cfg, out, config, len(ranked)))
     rundir.set_status(run_dir, rundir.State.COMPLETED)
     print(paths[2].read_text(), flush=True)
     print(f"[neoxlab] chosen scheme: {config} (make run EXP={cfg.experiment} task=train "
           f"compression={config.stem})", flush=True)
+    if ranked:
+        print(f"[neoxlab] ranked for regret runs: {len(ranked)} schemes in "
+              f"{run_dir / 'ranked'} (ranked.json)", flush=True)
     print(f"[neoxlab] table: {paths[0].with_suffix('')}.{{parquet,csv,md}}; tuner wall time "
           f"{out.cost_s['total']:.1f} s", flush=True)
     return figures.draw_one("tune.py", cfg.experiment, results)
+
+
+def summary(cfg: Config, out: Outcome, config: Path, ranked: int) -> dict:
+    """tune.json: the pick, its config, the tuner's cost and notes, the predictions."""
+    return {
+        "chosen": out.chosen.scheme.label, "config": str(config), "cost_s": out.cost_s,
+        "notes": out.notes, "profile": out.profile_origin, "proxy_tensors": out.proxy_source,
+        "baseline_step_s": out.base.step_s, "chosen_step_s": out.chosen.step_s,
+        # the emulated cluster only (else null): the TCP payload its uplinks should carry
+        "chosen_uplink_payload_bytes_per_step": uplink_bytes(cfg, out.chosen.scheme,
+                                                             out.profile),
+        "baseline_uplink_payload_bytes_per_step": uplink_bytes(cfg, out.base.scheme,
+                                                               out.profile),
+        "ranked": ranked,  # schemes in <run_dir>/ranked.json (tune.export_ranked)
+    }
 
 
 def user_overrides(argv: list[str]) -> list[str]:
@@ -172,7 +193,8 @@ def tune(cfg: Config, layout: Layout, run_dir: Path, user: list[str]) -> Outcome
     if chosen is base:
         notes.append("no scheme clears the margin and the guard: the baseline stays")
     return Outcome(cfg.experiment, base, scored, excluded, errors, verdicts, source, schemes,
-                   scheme_verdicts, probes, chosen, cost, fixed, notes, found.origin)
+                   scheme_verdicts, probes, chosen, cost, fixed, notes, found.origin,
+                   found.profile)
 
 
 def _lap(clock: float) -> tuple[float, float]:
