@@ -37,6 +37,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from neoxlab.emulated.points import run_point, tune_point
 from neoxlab.emulated.sweep import (
     LAYOUTS,
     SCHEMES,
@@ -46,8 +47,6 @@ from neoxlab.emulated.sweep import (
     Run,
     naive_beaten,
     point_rows,
-    run_point,
-    tune_point,
     tuned_checks,
     write,
 )

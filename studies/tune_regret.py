@@ -23,7 +23,8 @@ import re
 import sys
 from pathlib import Path
 
-from neoxlab.emulated.sweep import LAYOUTS, read_jsonl, run_point, tune_point
+from neoxlab.emulated.points import run_point, tune_point
+from neoxlab.emulated.sweep import LAYOUTS, read_jsonl
 from neoxlab.files import REPO_ROOT
 
 REPO = Path(__file__).resolve().parents[1]

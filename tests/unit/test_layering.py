@@ -39,6 +39,7 @@ LAYERS: dict[str, int] = {
     "neoxlab.launch": 7, "neoxlab.emulated.launch": 7,
     # 8: the commands and entry points
     "neoxlab.commands": 8, "neoxlab.__main__": 8, "neoxlab.omb.__main__": 8,
+    "neoxlab.emulated.points": 8,
 }
 
 

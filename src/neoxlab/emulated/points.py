@@ -1,0 +1,68 @@
+"""One point of the emulated sweep, run for real: a run of experiment emulated_sweep with a
+compression config at an uplink rate, and the tuner's pick for a point (task=tune, predicted
+only). Both start `python -m neoxlab` as a user would, so this module sits with the
+commands (the top layer); studies/emulated_sweep.py and studies/tune_regret.py drive it."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from neoxlab.emulated.sweep import LAYOUTS, TUNED, Pick, Run, measure, read_jsonl
+from neoxlab.files import REPO_ROOT
+from neoxlab.perfmodel.stretch import Sampler, during_steps, steady_window
+
+
+def run_point(compression: str, rate: str, layout: str, *, model: str, steps: int,
+              results: Path) -> Run:
+    """One run of experiment emulated_sweep with a compression config at an uplink rate
+    ("none": unshaped), measured, with the load of other jobs during its steady steps."""
+    cmd = [sys.executable, "-m", "neoxlab", "experiment=emulated_sweep",
+           f"compression={compression}", f"model={model}", f"train.steps={steps}",
+           f"cluster.emulated.inter.rate_mbit={'null' if rate == 'none' else rate}",
+           f"launch.results_dir={results}", *LAYOUTS[layout]]
+    with Sampler("neoxlab.engines.builtin", interval=0.05) as sampler:
+        proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True)
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n"
+                           f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    run_dir = sorted((results / "emulated_sweep").iterdir())[-1]
+    records = read_jsonl(run_dir / "metrics.jsonl")
+    window = steady_window(records, 2)
+    whole = sampler.load(*window)
+    return Run(run_dir, measure(run_dir), {
+        "external": during_steps(sampler, records, 2, 2),
+        "external_whole_steps": whole and whole.external(2),
+        "others_cores": sampler.others_cpu(*window)})
+
+
+def tuned_name(layout: str, rate: str) -> str:
+    return f"tuned_sweep_{layout.replace('-', '_')}_{rate}"
+
+
+def tune_point(rate: str, layout: str, *, model: str, results: Path,
+               extra: tuple[str, ...] = ()) -> Pick:
+    """task=tune (predicted only: tune.measure=false, proxy on stand-ins, no probes) for the
+    layout at the rate; its pick is copied to configs/compression/<tuned_name>.yaml (a
+    git-ignored name) so every later run of the point runs it as `compression=<name>`."""
+    name = tuned_name(layout, rate)
+    cmd = [sys.executable, "-m", "neoxlab", "experiment=tune_emulated", f"model={model}",
+           f"cluster.emulated.inter.rate_mbit={'null' if rate == 'none' else rate}",
+           "tune.measure=false", f"launch.results_dir={results}", *LAYOUTS[layout], *extra]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True)
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n"
+                           f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    tune_dir = sorted((results / "tune" / "tune_emulated").iterdir())[-1]
+    summary = json.loads((tune_dir / "tune.json").read_text())
+    chosen = Path(summary["config"])
+    text = chosen.read_text().replace(chosen.stem, name)  # its scheme and its run line
+    (REPO_ROOT / "configs" / "compression" / f"{name}.yaml").write_text(text)
+    with (results / "tables" / "tune_emulated.tune.csv").open() as f:
+        fixed = {r["label"]: float(r["predicted_step_s"]) for r in csv.DictReader(f)
+                 if r["kind"] == "fixed" and r["predicted_step_s"]}
+    return Pick(name, tune_dir, {TUNED: summary["chosen_step_s"], **fixed},
+                summary.get("chosen_uplink_payload_bytes_per_step"))
