@@ -1,6 +1,7 @@
 """The goals the tuner's pick is held to on the emulated sweep (neoxlab.emulated.sweep) and the
 regret study's ranking measure (studies/tune_regret.py), on small fixtures."""
 
+import csv
 import importlib.util
 import json
 from pathlib import Path
@@ -92,3 +93,16 @@ def test_regret_is_the_picks_measured_speed_over_the_best_measured():
     assert v["pick"] == "pick" and v["best"] == "best"
     assert v["pick_over_best"] == pytest.approx(0.96)
     assert v["kendall_tau"] == pytest.approx(1 / 3)  # pick and best predicted in reverse
+
+
+def test_the_table_keeps_every_rows_columns_when_the_pick_has_more(tmp_path):
+    path = tmp_path / "sweep.csv"
+    sweep.write([{"layout": "2x2", "rate_mbit": "40", "scheme": "none", "samples_per_s": 1}],
+                path)
+    sweep.write([{"layout": "2x2", "rate_mbit": "40", "scheme": "naive", "samples_per_s": 2},
+                 {"layout": "2x2", "rate_mbit": "40", "scheme": "tuned", "samples_per_s": 3,
+                  "uplink_payload_bytes_per_step": 7}], path)
+    with path.open() as f:
+        got = list(csv.DictReader(f))
+    assert [r["scheme"] for r in got] == ["none", "naive", "tuned"]
+    assert [r["uplink_payload_bytes_per_step"] for r in got] == ["", "", "7"]

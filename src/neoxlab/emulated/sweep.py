@@ -147,10 +147,12 @@ def write(rows: list[dict], path: Path) -> None:
     fresh = {tuple(str(r[k]) for k in KEY) for r in rows}
     kept = [r for r in old if tuple(r[k] for k in KEY) not in fresh]
     path.parent.mkdir(parents=True, exist_ok=True)
+    merged = [*kept, *rows]
+    fields = list(dict.fromkeys(k for r in merged for k in r))  # the pick's rows have more
     with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer = csv.DictWriter(f, fieldnames=fields, restval="")
         writer.writeheader()
-        writer.writerows([*kept, *rows])
+        writer.writerows(merged)
 
 
 FIXED = ("none", "naive", "zhybrid", "mzhybrid")
