@@ -59,8 +59,11 @@ def test_the_steps_uplink_payload_leaves_out_start_up_broadcasts_and_headers(tmp
     # rank's rows) and the DP all-reduce of ranks 0 and 2 across the nodes, over 4 steps
     bcast = 1_000_000
     rows = [{"op": "broadcast", "ranks": [0, 1, 2, 3], "bytes_out": bcast}] * 4 + [
-        {"op": "all_reduce", "ranks": [0, 2], "bytes_out": 8_000_000}] * 2
-    step_payload = 2 * 2_000_000  # what the steps' traffic left the two nodes with
+        {"op": "all_reduce", "ranks": [0, 2], "bytes_out": 8_000_000}] * 2 + [
+        # a pipeline's activation: rank 1 sends it to rank 3, which accounts its receive
+        {"op": "send", "ranks": [1, 3], "bytes_out": 400_000},
+        {"op": "recv", "ranks": [1, 3], "bytes_out": 400_000}]
+    step_payload = 2 * 2_000_000 + 100_000  # what the steps' traffic left the two nodes with
     # broadcast: each of 4 ranks accounts (n-1)/n of it; a ring 0-1-2-3 crosses nodes on 2
     # of its 4 hops
     broadcast_cross = 4 * bcast * 3 / 4 * 2 / 4

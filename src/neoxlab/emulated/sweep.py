@@ -128,12 +128,13 @@ def _predicted(pick: Pick | None, scheme: str, run: Run) -> dict:
 
 def step_uplink_payload(run_dir: Path) -> float:
     """TCP payload the uplinks carried per training step: all of it, less what the accounting
-    says the other collectives (start-up broadcasts) sent between nodes, over the steps."""
+    says the start-up broadcasts sent between nodes, over the steps. (A pipeline's sends
+    and receives are step traffic.)"""
     network = json.loads((run_dir / "network.json").read_text())
     carried = sum(payload_bytes(u) for u in network["uplinks"].values())
     rows = read_jsonl(run_dir / "comm_groups.jsonl")
     per_node = network["ranks_per_node"]
-    other = accounted_between_nodes([r for r in rows if not r["op"].startswith(STEP_OPS)],
+    other = accounted_between_nodes([r for r in rows if r["op"].startswith("broadcast")],
                                     lambda rank: rank // per_node)
     return (carried - other) / len(read_jsonl(run_dir / "metrics.jsonl"))
 
