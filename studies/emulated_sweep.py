@@ -13,7 +13,7 @@ Needs root + iproute2; run it alone (it is heavy, about 15 minutes with the defa
 Appends to results/tables/emulated_sweep.sweep.csv (a row per layout, rate and scheme; a
 point measured again replaces its row), then `make figures EXP=emulated_sweep` draws it.
 
---tuned: at each rate, task=tune first (predicted only, neoxlab.emulated.sweep.tune_point);
+--tuned: at each rate, task=tune first (predicted only, neoxlab.emulated.points.tune_point);
 its pick runs as scheme "tuned", interleaved with the others, and the rows keep the tuner's
 predicted step (and for the pick its predicted and carried uplink payload per step). The
 end prints the pick's goals per point (tuned_checks): at least 0.97x the best fixed scheme,

@@ -16,6 +16,14 @@ from neoxlab.files import REPO_ROOT
 from neoxlab.perfmodel.stretch import Sampler, during_steps, steady_window
 
 
+def neoxlab(cmd: list[str]) -> None:
+    """Run a `python -m neoxlab` command from the repository; its output's tail on failure."""
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True)
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n"
+                           f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+
+
 def run_point(compression: str, rate: str, layout: str, *, model: str, steps: int,
               results: Path) -> Run:
     """One run of experiment emulated_sweep with a compression config at an uplink rate
@@ -25,10 +33,7 @@ def run_point(compression: str, rate: str, layout: str, *, model: str, steps: in
            f"cluster.emulated.inter.rate_mbit={'null' if rate == 'none' else rate}",
            f"launch.results_dir={results}", *LAYOUTS[layout]]
     with Sampler("neoxlab.engines.builtin", interval=0.05) as sampler:
-        proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True)
-    if proc.returncode:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n"
-                           f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        neoxlab(cmd)
     run_dir = sorted((results / "emulated_sweep").iterdir())[-1]
     records = read_jsonl(run_dir / "metrics.jsonl")
     window = steady_window(records, 2)
@@ -52,10 +57,7 @@ def tune_point(rate: str, layout: str, *, model: str, results: Path,
     cmd = [sys.executable, "-m", "neoxlab", "experiment=tune_emulated", f"model={model}",
            f"cluster.emulated.inter.rate_mbit={'null' if rate == 'none' else rate}",
            "tune.measure=false", f"launch.results_dir={results}", *LAYOUTS[layout], *extra]
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True)
-    if proc.returncode:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n"
-                           f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    neoxlab(cmd)
     tune_dir = sorted((results / "tune" / "tune_emulated").iterdir())[-1]
     summary = json.loads((tune_dir / "tune.json").read_text())
     chosen = Path(summary["config"])

@@ -156,8 +156,6 @@ def write(rows: list[dict], path: Path) -> None:
         writer.writerows(merged)
 
 
-FIXED = ("none", "naive", "zhybrid", "mzhybrid")
-
 
 def tuned_checks(rows: list[dict]) -> list[dict]:
     """Per point with a tuned row (table rows, strings or numbers): the pick's median samples/s
@@ -170,7 +168,7 @@ def tuned_checks(rows: list[dict]) -> list[dict]:
     out = []
     for (layout, rate), by in points.items():
         tuned = by.get(TUNED)
-        fixed = {s: float(by[s]["samples_per_s"]) for s in FIXED if s in by}
+        fixed = {s: float(by[s]["samples_per_s"]) for s in SCHEMES if s in by}
         if tuned is None or not fixed:
             continue
         speed = float(tuned["samples_per_s"])
