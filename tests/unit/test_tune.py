@@ -20,6 +20,7 @@ from neoxlab.compress import make_compressor
 from neoxlab.config import CompressionConfig, ConfigError
 from neoxlab.config.compose import compose_experiment
 from neoxlab.config.profile import CodecProfile, LinkProfile
+from neoxlab.emulated import model as em
 from neoxlab.layout import resolve_layout
 from neoxlab.perfmodel.resolve import resolve_profile
 from neoxlab.tune import guard, insitu, proxy
@@ -392,6 +393,28 @@ def test_predict_on_the_emulated_cluster_reads_the_in_situ_profile(results_dir, 
     (run_dir,) = (results_dir / "predictions" / "emulated_2x2").iterdir()
     assert "fixture: an in-situ profile" in json.loads(
         (run_dir / "prediction.json").read_text())["profile"]
+
+
+def test_a_cached_emulated_profile_follows_a_new_local_calibration(results_dir):
+    """The links stay as measured; compute comes from the local profile of now."""
+    cfg = compose_experiment("emulated_2x2", [f"launch.results_dir={results_dir}",
+                                              "cluster.emulated.inter.rate_mbit=200"])
+    links = em.UplinkModel.from_fits({
+        ("none", 1, 2): LinkProfile(latency_us=300.0, bandwidth_gbs=1.0),
+        ("none", 2, 2): LinkProfile(latency_us=300.0, bandwidth_gbs=0.5),
+        ("200", 1, 2): LinkProfile(latency_us=2000.0, bandwidth_gbs=0.0225),
+        ("200", 2, 2): LinkProfile(latency_us=2000.0, bandwidth_gbs=0.0112)})
+    now_base = em.local_profile(results_dir)[0]
+    older = dataclasses.replace(now_base, layer_overhead_us=now_base.layer_overhead_us + 1e3)
+    path = insitu.cache_path(cfg)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({
+        "profile": dataclasses.asdict(em.emulated_profile(older, links, 200.0, 2)),
+        "provenance": {"base_profile": "an older local profile", "links": links.as_dict()}}))
+    found = insitu.resolve(cfg)
+    assert found.profile.layer_overhead_us == now_base.layer_overhead_us
+    assert found.profile.inter == links.uplink(200.0, 2, 2)
+    assert json.loads(path.read_text())["provenance"]["base_profile"] != "an older local profile"
 
 
 def test_fit_points_cover_the_placement_and_the_bare_link():

@@ -45,6 +45,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import statistics
 import subprocess
 import sys
@@ -208,6 +209,7 @@ def fit_sharpness(points: dict[tuple[int, int], list[tuple[float, float]]],
 
 # (rate in Mbit/s or "none", flows through each uplink at once, nodes sending at once)
 FitKey = tuple[str, int, int]
+FIT_KEY = re.compile(r"(\S+) Mbit/s, (\d+) flow\(s\), (\d+) nodes")  # as_dict's keys
 
 
 @dataclass(frozen=True)
@@ -278,6 +280,19 @@ class UplinkModel:
                 f"nodes): {sorted(table)}); run studies/emulated_model.py --measure with "
                 f"--fit-flows {flows} and --fit-nodes {nodes}")
         return table[(flows, nodes)]
+
+    @classmethod
+    def from_dict(cls, doc: dict) -> UplinkModel:
+        """Back from as_dict: the model fitted again from the fits it records."""
+        fits = {}
+        for key, fit in doc["fits"].items():
+            match = FIT_KEY.fullmatch(key)
+            if match is None:
+                raise ValueError(f"an uplink fit is keyed {key!r}, not "
+                                 "'<rate> Mbit/s, <flows> flow(s), <nodes> nodes'")
+            rate, flows, nodes = match.groups()
+            fits[(rate, int(flows), int(nodes))] = LinkProfile(**fit)
+        return cls.from_fits(fits)
 
     def as_dict(self) -> dict:
         return {"unshaped": dataclasses.asdict(self.unshaped),

@@ -14,7 +14,9 @@ be, and cached with its provenance.
 Measured profiles are cached under <results>/calibration/insitu/ (one file per cluster
 placement: rate, nodes, ranks per node; one per host for codec timings) with what was run,
 where and when; task=tune copies the one it used into its run dir, and task=predict reads
-the cached one.
+the cached one. An emulated profile cached before the local profile was calibrated again is
+derived again from the link fits it recorded (nothing is measured): the links stay, the
+cores' compute rate and overheads follow the calibration.
 """
 
 from __future__ import annotations
@@ -132,13 +134,21 @@ def fit_points(cfg: Config) -> list[em.FitKey]:
 def _emulated(cfg: Config, results: Path, measure: bool, specs: list[str], fresh: bool
               ) -> InSitu:
     path = cache_path(cfg)
+    base, origin = em.local_profile(results)
     if path.exists() and not fresh:
         doc = rundir.read_json(path)
-        profile = load_profile(doc, path)
-        codecs, _, _ = codec_profiles(results, specs, measure)  # this host's, newer or more
-        profile = dataclasses.replace(profile, codecs={**profile.codecs, **codecs})
-        return InSitu(profile, f"{path} ({doc['profile']['source']})", doc["provenance"],
-                      path)
+        recorded = doc["provenance"].get("base_profile")
+        if recorded is None or recorded == origin:
+            profile = load_profile(doc, path)
+            codecs, _, _ = codec_profiles(results, specs, measure)  # this host's, newer or more
+            profile = dataclasses.replace(profile, codecs={**profile.codecs, **codecs})
+            return InSitu(profile, f"{path} ({doc['profile']['source']})", doc["provenance"],
+                          path)
+        # the local profile was calibrated again since: its links, measured, stay; the cores'
+        # compute rate and overheads are the new calibration's
+        links = em.UplinkModel.from_dict(doc["provenance"]["links"])
+        provenance = {**doc["provenance"], "base_profile": origin, "rederived_at": now()}
+        return _write(cfg, path, base, origin, links, results, specs, provenance)
     if not measure:
         rate, flows, nodes = placement(cfg)
         raise ConfigError(
@@ -151,7 +161,16 @@ def _emulated(cfg: Config, results: Path, measure: bool, specs: list[str], fresh
     fits = {key: em.median_fit([em.fit_rate(em.read_omb(d), key[2]) for d in dirs])
             for key, dirs in runs.items()}
     links = em.UplinkModel.from_fits(fits)
-    base, origin = em.local_profile(results)
+    provenance = {"host": socket.gethostname(), "created_at": now(), "base_profile": origin,
+                  "links": links.as_dict(),
+                  "omb_runs": {f"{r} Mbit/s, {f} flow(s), {n} nodes": [str(d) for d in dirs]
+                               for (r, f, n), dirs in runs.items()}}
+    return _write(cfg, path, base, origin, links, results, specs, provenance)
+
+
+def _write(cfg: Config, path: Path, base: PerfProfile, origin: str, links: em.UplinkModel,
+           results: Path, specs: list[str], provenance: dict) -> InSitu:
+    """The in-situ profile from the local one and the fitted links, checked and cached."""
     codecs, _, raw = codec_profiles(results, specs, measure=True)
     rate, flows, nodes = placement(cfg)
     profile = em.emulated_profile(base, links, None if rate == "none" else float(rate), flows,
@@ -162,11 +181,7 @@ def _emulated(cfg: Config, results: Path, measure: bool, specs: list[str], fresh
     errors = check_profile(profile, cfg.cluster.name)
     if errors:
         raise ConfigError("the measured in-situ profile is not usable: " + "; ".join(errors))
-    provenance = {"host": socket.gethostname(), "created_at": now(), "base_profile": origin,
-                  "links": links.as_dict(),
-                  "omb_runs": {f"{r} Mbit/s, {f} flow(s), {n} nodes": [str(d) for d in dirs]
-                               for (r, f, n), dirs in runs.items()},
-                  "codecs": raw}
+    provenance = {**provenance, "codecs": raw}
     doc = {"profile": dataclasses.asdict(profile), "provenance": provenance}
     path.parent.mkdir(parents=True, exist_ok=True)
     rundir.write_json(path, doc)
