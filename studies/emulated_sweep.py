@@ -15,7 +15,8 @@ point measured again replaces its row), then `make figures EXP=emulated_sweep` d
 
 --tuned: at each rate, task=tune first (predicted only, neoxlab.emulated.points.tune_point);
 its pick runs as scheme "tuned", interleaved with the others, and the rows keep the tuner's
-predicted step (and for the pick its predicted and carried uplink payload per step). The
+predicted step (and for the pick its predicted and carried uplink payload per step: the
+median run's uplinks less those of one 3-step run of the pick, over the 2 steps more). The
 end prints the pick's goals per point (tuned_checks): at least 0.97x the best fixed scheme,
 predicted within 15 %, uplink bytes within 5 %, and how often it beats naive by 10 % where
 the baseline communicates 90 % of its step or more.
@@ -52,6 +53,7 @@ from neoxlab.emulated.sweep import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
+SHORT_STEPS = 3  # the short run of the pick: 2 warm-up steps + 1
 
 
 def print_checks(table: Path) -> None:
@@ -95,16 +97,24 @@ def main() -> int:
     if args.checks:
         print_checks(args.results / TABLE)
         return 0
+    if args.tuned and args.steps <= SHORT_STEPS:
+        parser.error(f"--tuned measures the pick's bytes a step against a {SHORT_STEPS}-step "
+                     f"run: --steps must be more than {SHORT_STEPS} (got {args.steps})")
     schemes = [*args.schemes, TUNED] if args.tuned else args.schemes
     picks: dict[str, Pick] = {}
+    shorts: dict[str, Run] = {}
     runs: dict[tuple[str, str], list[Run]] = defaultdict(list)
     for repeat in range(1, args.repeats + 1):
         for rate in args.rates:
             if args.tuned and rate not in picks:
                 picks[rate] = tune_point(rate, args.layout, model=args.model,
                                          results=args.results)
+                # for the pick's bytes a step: start-up traffic cancels against this run
+                shorts[rate] = run_point(picks[rate].config, rate, args.layout,
+                                         model=args.model, steps=SHORT_STEPS,
+                                         results=args.results)
                 print(f"{args.layout} {rate:>5} tuned: {picks[rate].config} "
-                      f"({picks[rate].tune_dir})", flush=True)
+                      f"({picks[rate].tune_dir}; short run {shorts[rate].run_dir})", flush=True)
             for scheme in schemes:
                 config = picks[rate].config if scheme == TUNED else scheme
                 run = run_point(config, rate, args.layout, model=args.model,
@@ -118,7 +128,8 @@ def main() -> int:
                       f"{load['external_whole_steps'] or 0:.1f}, others' CPU "
                       f"{load['others_cores'] or 0:.2f} cores)  loss {m['final_loss']:.4f}",
                       flush=True)
-            rows = point_rows(args.layout, rate, schemes, runs, picks.get(rate))
+            rows = point_rows(args.layout, rate, schemes, runs, picks.get(rate),
+                              shorts.get(rate))
             write(rows, args.results / TABLE)
             print("  ".join(f"{r['scheme']} {r['gain_samples']:+.1%}" for r in rows[1:])
                   + f"  (gains of the median runs, {len(runs[rate, schemes[0]])} per "

@@ -54,29 +54,29 @@ def test_a_point_without_a_tuned_row_has_no_check():
     assert sweep.tuned_checks([row("none", 1.0), row("naive", 1.2)]) == []
 
 
-def test_the_steps_uplink_payload_leaves_out_start_up_broadcasts_and_headers(tmp_path):
-    # 2 nodes x 2 ranks; a broadcast to all 4 (a row on each rank: comm_groups.jsonl has every
-    # rank's rows) and the DP all-reduce of ranks 0 and 2 across the nodes, over 4 steps
-    bcast = 1_000_000
-    rows = [{"op": "broadcast", "ranks": [0, 1, 2, 3], "bytes_out": bcast}] * 4 + [
-        {"op": "all_reduce", "ranks": [0, 2], "bytes_out": 8_000_000}] * 2 + [
-        # a pipeline's activation: rank 1 sends it to rank 3, which accounts its receive
-        {"op": "send", "ranks": [1, 3], "bytes_out": 400_000},
-        {"op": "recv", "ranks": [1, 3], "bytes_out": 400_000}]
-    step_payload = 2 * 2_000_000 + 100_000  # what the steps' traffic left the two nodes with
-    # broadcast: each of 4 ranks accounts (n-1)/n of it; a ring 0-1-2-3 crosses nodes on 2
-    # of its 4 hops
-    broadcast_cross = 4 * bcast * 3 / 4 * 2 / 4
-    packets = 1000
-    carried = step_payload * 4 + broadcast_cross
+def fake_run(path: Path, steps: int, carried: float, packets: int) -> Path:
+    """A run dir whose two uplinks carried `carried` bytes of payload in `packets` packets."""
+    path.mkdir()
     network = {"ranks_per_node": 2, "nodes": 2, "uplinks": {
-        "n0": {"tx_bytes": carried / 2 + HEADER_BYTES * packets, "tx_packets": packets},
-        "n1": {"tx_bytes": carried / 2 + HEADER_BYTES * packets, "tx_packets": packets}}}
-    (tmp_path / "network.json").write_text(json.dumps(network))
-    (tmp_path / "comm_groups.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
-    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps({"step": i})
-                                                      for i in range(1, 5)))
-    assert sweep.step_uplink_payload(tmp_path) == pytest.approx(step_payload)
+        n: {"tx_bytes": carried / 2 + HEADER_BYTES * packets / 2, "tx_packets": packets / 2}
+        for n in ("n0", "n1")}}
+    (path / "network.json").write_text(json.dumps(network))
+    (path / "metrics.jsonl").write_text("\n".join(json.dumps({"step": i})
+                                                  for i in range(1, steps + 1)))
+    return path
+
+
+def test_the_steps_uplink_payload_leaves_out_start_up_traffic_and_headers(tmp_path):
+    """Start-up traffic the accounting never sees (the TCP store, connections) cancels
+    between a run and a shorter one; headers are not payload."""
+    start_up, step = 74_000, 131_000
+    run = fake_run(tmp_path / "run", 5, start_up + 5 * step, packets=900)
+    short = fake_run(tmp_path / "short", 3, start_up + 3 * step, packets=600)
+    assert sweep.step_uplink_payload(run, short) == pytest.approx(step)
+    # over one run, the start-up traffic is 11 % of this step's payload
+    assert sweep.carried_payload(run) / 5 > 1.1 * step
+    with pytest.raises(ValueError, match="not more than the short run"):
+        sweep.step_uplink_payload(short, run)
 
 
 def test_kendall_tau_is_one_for_the_same_order_and_minus_one_for_the_reverse():

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from neoxlab.emulated.wire import accounted_between_nodes, payload_bytes
+from neoxlab.emulated.wire import payload_bytes
 
 SCHEMES = ("none", "naive", "zhybrid", "mzhybrid")
 LAYOUTS = {  # name -> overrides of experiment emulated_sweep
@@ -93,9 +93,11 @@ def median_run(runs: list[Run]) -> Run:
 
 
 def point_rows(layout: str, rate: str, schemes: list[str],
-               runs: dict[tuple[str, str], list[Run]], pick: Pick | None = None) -> list[dict]:
+               runs: dict[tuple[str, str], list[Run]], pick: Pick | None = None,
+               short: Run | None = None) -> list[dict]:
     """A rate's table rows, gains over the first scheme's (the baseline's) median run, with
-    the spread of samples/s over the point's runs."""
+    the spread of samples/s over the point's runs; `short`: a run of the pick with fewer
+    steps, for its uplink payload per step (step_uplink_payload)."""
     base = median_run(runs[rate, schemes[0]])
     rows = []
     for scheme in schemes:
@@ -109,34 +111,41 @@ def point_rows(layout: str, rate: str, schemes: list[str],
                      "baseline_comm_share": base.metrics["comm_share"], **mid.load,
                      "runs": len(speeds), "samples_per_s_min": min(speeds),
                      "samples_per_s_max": max(speeds), "run_dir": str(mid.run_dir),
-                     **_predicted(pick, scheme, mid)})
+                     **_predicted(pick, scheme, mid, short)})
     return rows
 
 
-def _predicted(pick: Pick | None, scheme: str, run: Run) -> dict:
+def _predicted(pick: Pick | None, scheme: str, run: Run, short: Run | None) -> dict:
     """The tuner's prediction beside a measured row; the pick's uplink bytes beside the
-    payload its median run's uplinks carried."""
+    payload its uplinks carried per step."""
     if pick is None:
         return {}
     out = {"predicted_step_s": pick.predicted_step_s.get(scheme), "tuned_config": pick.config,
            "tune_dir": str(pick.tune_dir)}
-    if scheme == TUNED:
-        out["uplink_payload_bytes_per_step"] = step_uplink_payload(run.run_dir)
+    if scheme == TUNED and short is not None:
+        out["uplink_payload_bytes_per_step"] = step_uplink_payload(run.run_dir, short.run_dir)
         out["predicted_uplink_payload_bytes_per_step"] = pick.uplink_payload_bytes
     return out
 
 
-def step_uplink_payload(run_dir: Path) -> float:
-    """TCP payload the uplinks carried per training step: all of it, less what the accounting
-    says the start-up broadcasts sent between nodes, over the steps. (A pipeline's sends
-    and receives are step traffic.)"""
+def carried_payload(run_dir: Path) -> float:
+    """TCP payload (headers removed) that left the nodes through their uplinks in a run."""
     network = json.loads((run_dir / "network.json").read_text())
-    carried = sum(payload_bytes(u) for u in network["uplinks"].values())
-    rows = read_jsonl(run_dir / "comm_groups.jsonl")
-    per_node = network["ranks_per_node"]
-    other = accounted_between_nodes([r for r in rows if r["op"].startswith("broadcast")],
-                                    lambda rank: rank // per_node)
-    return (carried - other) / len(read_jsonl(run_dir / "metrics.jsonl"))
+    return sum(payload_bytes(u) for u in network["uplinks"].values())
+
+
+def step_uplink_payload(run_dir: Path, short_dir: Path) -> float:
+    """TCP payload the uplinks carried per training step: the difference between a run and a
+    shorter run of the same config over their difference in steps. Whatever crosses before
+    the steps cancels: the rendezvous through the TCP store, gloo's connections, the start-up
+    broadcasts, a pipeline's tensor shapes; none of it is in the comm accounting, and on a
+    layout that sends little a step (2x2-pp: 0.13 MB) it was 10 % of five steps' bytes."""
+    steps = len(read_jsonl(run_dir / "metrics.jsonl"))
+    short_steps = len(read_jsonl(short_dir / "metrics.jsonl"))
+    if steps <= short_steps:
+        raise ValueError(f"{run_dir} ran {steps} steps, not more than the short run "
+                         f"{short_dir} ({short_steps}): the difference has no steps")
+    return (carried_payload(run_dir) - carried_payload(short_dir)) / (steps - short_steps)
 
 
 def write(rows: list[dict], path: Path) -> None:
