@@ -330,7 +330,7 @@ class TuneConfig:
                           "the seed spread as the bar let int4 on DP through and that pick "
                           "deviated more than naive on neox_small (2026-12-04-tune.md); pp, "
                           "which the map has no traffic for, takes TP's: an assumption")
-    measure: bool = True  # false: predicted only (no capture, no probes; proxy on synthetic data)
+    measure: bool = True  # false: predicted only (no capture, no probes; proxy on stand-ins)
     capture_tensors: int = 0  # > 0: the compression patch saves this many tensors per dimension
     capture_max_numel: int = 1 << 18  # a captured tensor's first elements kept
     warmup_steps: int = 4  # the shared checkpoint's step (the capture run's length)

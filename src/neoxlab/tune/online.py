@@ -110,11 +110,9 @@ def _pricing_config(cfg: Config, codecs: list[str]) -> Config:
 
 def _within_budget(cfg: Config, candidates: list[Candidate]) -> tuple[list[Candidate],
                                                                      list[str]]:
-    """Stage (a) of task=tune's guard on seeded stand-ins of each dimension's dtype."""
-    by_dtype: dict = {}
-    tensors = {c.dim: by_dtype.setdefault(dim_dtype(cfg, c.dim),
-                                          proxy.synthetic(dim_dtype(cfg, c.dim)))
-               for c in candidates}
+    """Stage (a) of task=tune's guard on seeded stand-ins of each dimension's dtype
+    (parameter-like on ZeRO's all-gathers, proxy.stand_ins)."""
+    tensors = proxy.stand_ins(cfg, {c.dim: dim_dtype(cfg, c.dim) for c in candidates})
     errors = proxy.errors(sorted({c.codec for c in candidates}), tensors)
     kept, dropped = [], []
     for c in candidates:

@@ -166,10 +166,11 @@ def tune(cfg: Config, layout: Layout, run_dir: Path, user: list[str]) -> Outcome
         tensors = capture.load(baseline.run_dir)
         source = f"captured from the baseline run's own collectives ({baseline.run_dir})"
     else:
-        by_dtype: dict = {}  # one set of stand-ins per dtype, coded once
-        tensors = {d: by_dtype.setdefault(dim_dtype(cfg, d), proxy.synthetic(dim_dtype(cfg, d)))
-                   for d, idle in active_dims(cfg, layout).items() if idle is None}
-        source = "seeded Gaussian stand-ins (tune.measure=false: no capture on this cluster)"
+        tensors = proxy.stand_ins(cfg, {d: dim_dtype(cfg, d) for d, idle
+                                        in active_dims(cfg, layout).items() if idle is None})
+        source = ("seeded stand-ins, Gaussian for activations and gradients, parameter-like "
+                  "(the model's init) for ZeRO's all-gathers (tune.measure=false: no capture "
+                  "on this cluster)")
     specs = sorted({c.codec for c in candidates})
     errors = proxy.errors(specs, {d: tensors.get(d, []) for d in {c.dim for c in candidates}})
     verdicts = {(c.dim, c.codec): guard.proxy_verdict(
