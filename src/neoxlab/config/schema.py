@@ -330,6 +330,10 @@ class TuneConfig:
                           "the seed spread as the bar let int4 on DP through and that pick "
                           "deviated more than naive on neox_small (2026-12-04-tune.md); pp, "
                           "which the map has no traffic for, takes TP's: an assumption")
+    # naive's codec: a dimension's budget is at least its error on the same tensors (guard.
+    # budgets: the map's budgets are neox_tiny's; naive's codec errs more on other models'
+    # parameters and stays harmless); "": the map's budgets alone
+    budget_reference: str = "zfp:rate=8"
     measure: bool = True  # false: predicted only (no capture, no probes; proxy on stand-ins)
     capture_tensors: int = 0  # > 0: the compression patch saves this many tensors per dimension
     capture_max_numel: int = 1 << 18  # a captured tensor's first elements kept

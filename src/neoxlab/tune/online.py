@@ -113,11 +113,14 @@ def _within_budget(cfg: Config, candidates: list[Candidate]) -> tuple[list[Candi
     """Stage (a) of task=tune's guard on seeded stand-ins of each dimension's dtype
     (parameter-like on ZeRO's all-gathers, proxy.stand_ins)."""
     tensors = proxy.stand_ins(cfg, {c.dim: dim_dtype(cfg, c.dim) for c in candidates})
-    errors = proxy.errors(sorted({c.codec for c in candidates}), tensors)
+    reference = cfg.tune.budget_reference
+    specs = {c.codec for c in candidates} | ({reference} if reference else set())
+    errors = proxy.errors(sorted(specs), tensors)
+    limits = guard.budgets(cfg.tune.error_budget, reference, errors)
     kept, dropped = [], []
     for c in candidates:
         verdict = guard.proxy_verdict(errors.get((c.dim, c.codec)),
-                                      cfg.tune.error_budget.get(c.dim, math.inf),
+                                      limits.get(c.dim, math.inf),
                                       make_compressor(c.codec).lossless)
         if verdict.ok:
             kept.append(c)

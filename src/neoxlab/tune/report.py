@@ -49,6 +49,7 @@ class Outcome:
     notes: list[str] = field(default_factory=list)
     profile_origin: str = ""
     profile: PerfProfile | None = None  # the one predicted with (uplink bytes, ranked export)
+    budgets: dict[str, float] = field(default_factory=dict)  # dim -> stage (a)'s budget
 
 
 def candidate_row(cfg: Config, s: Scored, out: Outcome) -> dict:
@@ -60,7 +61,8 @@ def candidate_row(cfg: Config, s: Scored, out: Outcome) -> dict:
     guard = ("not predicted" if s.prediction is None else
              f"margin {margin}; proxy {'pass' if verdict and verdict.ok else 'fail'}: "
              f"{verdict.reason if verdict else 'not measured'}")
-    return _row("candidate", c, s, out.proxy.get(key), cfg.tune.error_budget.get(c.dim),
+    budget = out.budgets.get(c.dim, cfg.tune.error_budget.get(c.dim))
+    return _row("candidate", c, s, out.proxy.get(key), budget,
                 verdict, guard, chosen=_in(c, out.chosen.scheme))
 
 

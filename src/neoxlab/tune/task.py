@@ -69,6 +69,12 @@ def rules(cfg: Config, world: int) -> list[str]:
     if t.export_ranked < 0 or t.export_ranked == 1:
         errors.append(f"tune.export_ranked={t.export_ranked}: 0 (off) or >= 2 (the baseline "
                       "and the chosen scheme are always exported)")
+    if t.budget_reference:
+        try:
+            make_compressor(t.budget_reference)
+        except ValueError as exc:
+            errors.append(f"tune.budget_reference={t.budget_reference!r}: {exc}; name naive's "
+                          "codec (zfp:rate=8) or '' for the map's budgets alone")
     if any(not b > 0 for b in t.error_budget.values()):
         errors.append(f"tune.error_budget={dict(t.error_budget)}: every budget must be > 0")
     if t.measure:
@@ -171,10 +177,15 @@ def tune(cfg: Config, layout: Layout, run_dir: Path, user: list[str]) -> Outcome
         source = ("seeded stand-ins, Gaussian for activations and gradients, parameter-like "
                   "(the model's init) for ZeRO's all-gathers (tune.measure=false: no capture "
                   "on this cluster)")
-    specs = sorted({c.codec for c in candidates})
+    reference = t.budget_reference
+    specs = sorted({c.codec for c in candidates} | ({reference} if reference else set()))
     errors = proxy.errors(specs, {d: tensors.get(d, []) for d in {c.dim for c in candidates}})
+    limits = guard.budgets(t.error_budget, reference, errors)
+    notes += [f"{d}'s budget is {limits[d]:.3g}, not the map's {t.error_budget[d]:.3g}: naive's "
+              f"{reference} errs that much on these tensors" for d in sorted(limits)
+              if d in t.error_budget and limits[d] > t.error_budget[d]]
     verdicts = {(c.dim, c.codec): guard.proxy_verdict(
-        errors.get((c.dim, c.codec)), t.error_budget.get(c.dim, math.inf),
+        errors.get((c.dim, c.codec)), limits.get(c.dim, math.inf),
         make_compressor(c.codec).lossless) for c in candidates}
     cost["proxy"], clock = _lap(clock)
 
@@ -195,7 +206,7 @@ def tune(cfg: Config, layout: Layout, run_dir: Path, user: list[str]) -> Outcome
         notes.append("no scheme clears the margin and the guard: the baseline stays")
     return Outcome(cfg.experiment, base, scored, excluded, errors, verdicts, source, schemes,
                    scheme_verdicts, probes, chosen, cost, fixed, notes, found.origin,
-                   found.profile)
+                   found.profile, limits)
 
 
 def _lap(clock: float) -> tuple[float, float]:
