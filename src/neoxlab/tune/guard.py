@@ -16,8 +16,10 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+
+from neoxlab.compress import make_compressor
 
 CONSTANT_LOSS_RTOL = 1e-9  # a loss that moves less than this (relative) over a run is stuck
 UPLINK_TOLERANCE = 0.10  # emulated uplinks' TCP payload vs the accounting (docs/emulated.md)
@@ -42,6 +44,17 @@ def budgets(error_budget: Mapping[str, float], reference: str,
         if reference and spec == reference and error is not None and math.isfinite(error):
             out[dim] = max(error_budget.get(dim, math.inf), error)
     return out
+
+
+def stage_a(options: Iterable[tuple[str, str]], errors: Mapping[tuple[str, str], float | None],
+            error_budget: Mapping[str, float], reference: str
+            ) -> tuple[dict[str, float], dict[tuple[str, str], Verdict]]:
+    """Each dimension's budget (budgets()) and each (dim, codec spec) option's verdict."""
+    limits = budgets(error_budget, reference, errors)
+    return limits, {(dim, spec): proxy_verdict(errors.get((dim, spec)),
+                                               limits.get(dim, math.inf),
+                                               make_compressor(spec).lossless)
+                    for dim, spec in options}
 
 
 def proxy_verdict(error: float | None, budget: float, lossless: bool) -> Verdict:

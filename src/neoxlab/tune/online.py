@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import math
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
 from neoxlab.comm.online import BASELINE, PLAN_FILE, DimTable, Option
-from neoxlab.compress import make_compressor, parse_spec
+from neoxlab.compress import parse_spec
 from neoxlab.config import Config, ConfigError
 from neoxlab.config.profile import PerfProfile
 from neoxlab.files import REPO_ROOT
@@ -116,12 +115,11 @@ def _within_budget(cfg: Config, candidates: list[Candidate]) -> tuple[list[Candi
     reference = cfg.tune.budget_reference
     specs = {c.codec for c in candidates} | ({reference} if reference else set())
     errors = proxy.errors(sorted(specs), tensors)
-    limits = guard.budgets(cfg.tune.error_budget, reference, errors)
+    _, verdicts = guard.stage_a([(c.dim, c.codec) for c in candidates], errors,
+                                cfg.tune.error_budget, reference)
     kept, dropped = [], []
     for c in candidates:
-        verdict = guard.proxy_verdict(errors.get((c.dim, c.codec)),
-                                      limits.get(c.dim, math.inf),
-                                      make_compressor(c.codec).lossless)
+        verdict = verdicts[(c.dim, c.codec)]
         if verdict.ok:
             kept.append(c)
         else:

@@ -12,7 +12,6 @@ the table goes to <results>/tables/<exp>.tune.* and the figure to
 from __future__ import annotations
 
 import json
-import math
 import time
 from pathlib import Path
 
@@ -180,13 +179,11 @@ def tune(cfg: Config, layout: Layout, run_dir: Path, user: list[str]) -> Outcome
     reference = t.budget_reference
     specs = sorted({c.codec for c in candidates} | ({reference} if reference else set()))
     errors = proxy.errors(specs, {d: tensors.get(d, []) for d in {c.dim for c in candidates}})
-    limits = guard.budgets(t.error_budget, reference, errors)
+    limits, verdicts = guard.stage_a([(c.dim, c.codec) for c in candidates], errors,
+                                     t.error_budget, reference)
     notes += [f"{d}'s budget is {limits[d]:.3g}, not the map's {t.error_budget[d]:.3g}: naive's "
               f"{reference} errs that much on these tensors" for d in sorted(limits)
               if d in t.error_budget and limits[d] > t.error_budget[d]]
-    verdicts = {(c.dim, c.codec): guard.proxy_verdict(
-        errors.get((c.dim, c.codec)), limits.get(c.dim, math.inf),
-        make_compressor(c.codec).lossless) for c in candidates}
     cost["proxy"], clock = _lap(clock)
 
     schemes = combine(cfg, scored, lambda c: verdicts[(c.dim, c.codec)].ok, found.profile,
