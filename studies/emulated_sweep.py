@@ -16,7 +16,7 @@ point measured again replaces its row), then `make figures EXP=emulated_sweep` d
 --tuned: at each rate, task=tune first (predicted only, neoxlab.emulated.points.tune_point);
 its pick runs as scheme "tuned", interleaved with the others, and the rows keep the tuner's
 predicted step (and for the pick its predicted and carried uplink payload per step: the
-median run's uplinks less those of one 3-step run of the pick, over the 2 steps more). The
+median run's uplinks less those of one 3-step run of the pick, over the steps between). The
 end prints the pick's goals per point (tuned_checks): at least 0.97x the best fixed scheme,
 predicted within 15 %, uplink bytes within 5 %, and how often it beats naive by 10 % where
 the baseline communicates 90 % of its step or more.

@@ -165,7 +165,6 @@ def write(rows: list[dict], path: Path) -> None:
         writer.writerows(merged)
 
 
-
 def tuned_checks(rows: list[dict]) -> list[dict]:
     """Per point with a tuned row (table rows, strings or numbers): the pick's median samples/s
     over the best fixed scheme's and over naive's, the baseline's communication share, the
