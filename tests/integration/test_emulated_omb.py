@@ -75,3 +75,25 @@ def test_concurrent_groups_share_each_uplink(tmp_path):
     lone_s = (size - MIN_BURST_BYTES) / (RATE_MBIT * 1e6 / 8)
     assert rows[0]["all_groups_s"] >= 1.5 * iterations * lone_s, (rows[0], lone_s)
     assert rows[0]["avg_us"] == max(rows[0]["group_avg_us"])  # the fits take the slowest
+
+
+def test_groups_within_nodes_talk_inside_them(tmp_path):
+    # 2 nodes x 2 ranks, omb.within_nodes: groups {0, 1} and {2, 3}, each a node's ranks. Each
+    # rank has a network namespace (and a loopback) of its own, so the torch rendezvous must
+    # not take loopback because the ranks share a host (it did, and the run hung). Their
+    # messages stay off the shaped uplinks and take far less than the uplink's wire time
+    size = 1 << 20
+    proc, run_dir = run_experiment(
+        "emulated_omb", tmp_path, "cluster.emulated.prefix=nxtomb3", "launch.timeout_s=120",
+        "cluster.launcher=mpiexec",
+        f"cluster.emulated.inter.rate_mbit={RATE_MBIT}", "cluster.ranks_per_node=2",
+        "omb.groups=2", "omb.within_nodes=true", "omb.benchmarks=[allreduce]",
+        f"omb.min_size={size}", f"omb.max_size={size}",
+        "omb.iterations=3", "omb.warmup=1", timeout=180)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = em.read_omb(run_dir)
+    assert [(r["size"], r["groups"], len(r["group_avg_us"])) for r in rows] == [(size, 2, 2)]
+    uplinks = json.loads((run_dir / "network.json").read_text())["uplinks"]
+    assert all(payload_bytes(c, "tx") < size for c in uplinks.values()), uplinks
+    lone_s = (size - MIN_BURST_BYTES) / (RATE_MBIT * 1e6 / 8)
+    assert rows[0]["avg_us"] * 1e-6 < 0.5 * lone_s, (rows[0], lone_s)

@@ -22,6 +22,7 @@ from neoxlab.config.compose import compose_experiment
 from neoxlab.config.profile import CodecProfile, LinkProfile
 from neoxlab.emulated import model as em
 from neoxlab.layout import resolve_layout
+from neoxlab.perfmodel.predict import dim_seconds
 from neoxlab.perfmodel.resolve import resolve_profile
 from neoxlab.tune import guard, insitu, proxy
 from neoxlab.tune import task as tune_task
@@ -415,6 +416,100 @@ def test_a_cached_emulated_profile_follows_a_new_local_calibration(results_dir):
     assert found.profile.layer_overhead_us == now_base.layer_overhead_us
     assert found.profile.inter == links.uplink(200.0, 2, 2)
     assert json.loads(path.read_text())["provenance"]["base_profile"] != "an older local profile"
+
+
+def cached_2x2(results_dir: Path, rate: str = "200"):
+    """emulated_2x2 (TP inside a node) with a cached in-situ profile of made-up links."""
+    cfg = compose_experiment("emulated_2x2", [f"launch.results_dir={results_dir}",
+                                              f"cluster.emulated.inter.rate_mbit={rate}"])
+    links = em.UplinkModel.from_fits({
+        ("none", 1, 2): LinkProfile(latency_us=300.0, bandwidth_gbs=1.0),
+        ("none", 2, 2): LinkProfile(latency_us=300.0, bandwidth_gbs=0.5),
+        ("200", 1, 2): LinkProfile(latency_us=2000.0, bandwidth_gbs=0.0225),
+        ("200", 2, 2): LinkProfile(latency_us=2000.0, bandwidth_gbs=0.0112)})
+    base, origin = em.local_profile(results_dir)
+    path = insitu.cache_path(cfg)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({
+        "profile": dataclasses.asdict(em.emulated_profile(base, links, float(rate), 2)),
+        "provenance": {"base_profile": origin, "links": links.as_dict()}}))
+    return cfg
+
+
+def fake_run(run_dir: Path, steps: int, comm: list[dict]) -> Path:
+    run_dir.mkdir(parents=True)
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps({"step": i}) + "\n"
+                                                   for i in range(1, steps + 1)))
+    (run_dir / "comm.jsonl").write_text("".join(json.dumps(c) + "\n" for c in comm))
+    return run_dir
+
+
+def test_a_runs_seconds_in_a_dimension_are_per_step_and_averaged_over_ranks(tmp_path):
+    run = fake_run(tmp_path / "run", 5, [
+        {"rank": 0, "dim": "tp", "op": "all_reduce", "comm_s": 0.5},
+        {"rank": 0, "dim": "tp", "op": "all_gather", "comm_s": 0.1},
+        {"rank": 1, "dim": "tp", "op": "all_reduce", "comm_s": 0.4},
+        {"rank": 0, "dim": "dp", "op": "all_reduce", "comm_s": 9.0}])
+    assert insitu.measured_dim_seconds(run, ["tp"]) == pytest.approx((0.6 + 0.4) / 2 / 5)
+    with pytest.raises(ConfigError, match="no pp collectives"):
+        insitu.measured_dim_seconds(run, ["pp"])
+
+
+def test_the_intra_check_scales_the_intra_link_to_what_the_run_measured(results_dir, tmp_path):
+    """Once recorded, the profile predicts the uncompressed run's seconds inside a node, and
+    the uplink stays as fitted; a layout without traffic inside a node needs no check."""
+    cfg = cached_2x2(results_dir)
+    layout = resolve_layout(cfg)
+    assert insitu.intra_dims(cfg, layout) == ["tp"]
+    before = insitu.resolve(cfg)
+    assert insitu.needs_intra_check(cfg, layout, before)
+    none = apply(cfg, Scheme("none"))
+    predicted = dim_seconds(none, layout, before.profile, "tp", "intra")[0]
+    steps = 5
+    run = fake_run(tmp_path / "intra_link", steps, [
+        {"rank": r, "dim": "tp", "op": "all_reduce", "comm_s": 0.4 * predicted * steps}
+        for r in range(4)])
+    insitu.record_intra_check(cfg, layout, before, run)
+    after = insitu.resolve(cfg)
+    assert not insitu.needs_intra_check(cfg, layout, after)
+    assert dim_seconds(none, layout, after.profile, "tp", "intra")[0] == pytest.approx(
+        0.4 * predicted)
+    assert after.profile.intra.latency_us == pytest.approx(0.4 * before.profile.intra.latency_us)
+    assert after.profile.inter == before.profile.inter
+    assert "intra-node link x0.40" in after.origin
+    four = compose_experiment("emulated_2x2", ["cluster.nodes=4", "cluster.ranks_per_node=1",
+                                               "parallel.tp=1"])
+    assert insitu.intra_dims(four, resolve_layout(four)) == []
+
+
+def test_tune_runs_the_intra_check_once_and_prices_with_it(results_dir, monkeypatch):
+    """task=tune on an emulated layout with TP inside a node runs one short uncompressed run
+    (its comm.jsonl stands in here) and predicts with the scaled link; a second tune reuses
+    the recorded check."""
+    cfg = cached_2x2(results_dir)
+    layout = resolve_layout(cfg)
+    cfg.tune.measure = False
+    runs = []
+
+    def train(self, name, extra):
+        runs.append((name, extra))
+        measured = 1e-3  # seconds per step in TP: far below what the fixture's link says
+        run_dir = fake_run(self.root / name / "run", 5, [
+            {"rank": r, "dim": "tp", "op": "all_reduce", "comm_s": measured * 5}
+            for r in range(4)])
+        return Run(name, run_dir, 1.0)
+
+    monkeypatch.setattr(tune_task.Runner, "train", train)
+    (results_dir / "tune1").mkdir()
+    (results_dir / "tune2").mkdir()
+    first = tune_task.tune(cfg, layout, results_dir / "tune1", [])
+    assert [name for name, _ in runs] == ["intra_link"]
+    assert f"train.steps={insitu.INTRA_CHECK_STEPS}" in runs[0][1]
+    assert "compression.dims.tp.compressor=none" in runs[0][1]
+    none = apply(cfg, Scheme("none"))
+    assert dim_seconds(none, layout, first.profile, "tp", "intra")[0] == pytest.approx(1e-3)
+    tune_task.tune(cfg, layout, results_dir / "tune2", [])
+    assert len(runs) == 1
 
 
 def test_fit_points_cover_the_placement_and_the_bare_link():

@@ -237,6 +237,9 @@ class OmbConfig:
     # at once; rank 0 reports its group. On an emulated cluster with k ranks per node, each
     # group crosses the nodes, so each uplink carries k flows, as a layout's DP groups do.
     groups: int = 1
+    # true: the k groups are blocks of consecutive ranks (rank r in group r // (world / k));
+    # with k = nodes each group is one node's ranks, talking inside it as TP groups do
+    within_nodes: bool = False
 
 
 @dataclass

@@ -291,20 +291,32 @@ class TorchBackend:
 
 def rendezvous(comm: Any) -> tuple[str, int]:
     """(MASTER_ADDR, MASTER_PORT) agreed through MPI: rank 0's address, loopback when every
-    rank shares one node. The node test is MPI's shared-memory split, not host names: on an
-    emulated cluster (cluster=emulated) every rank has this machine's name, which resolves
-    to its own namespace's address."""
+    rank shares one node and one network namespace. The node test is MPI's shared-memory
+    split, not host names: on an emulated cluster (cluster=emulated) every rank has this
+    machine's name, which resolves to its own namespace's address, and the ranks of one
+    emulated node share memory but each has a namespace (and a loopback) of its own."""
     from mpi4py import MPI
 
     local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
     one_node = comm.allreduce(local.Get_size(), op=MPI.MIN) == comm.Get_size()
     local.Free()
+    namespaces = set(comm.allgather(network_namespace()))
+    one_node = one_node and len(namespaces) == 1
     if comm.Get_rank() == 0:
         addr = "127.0.0.1" if one_node else socket.gethostbyname(socket.gethostname())
         port = int(os.environ.get("MASTER_PORT") or 0) or _free_port()
     else:
         addr, port = "", 0
     return comm.bcast((addr, port), root=0)
+
+
+def network_namespace() -> int | None:
+    """This process's network namespace (its inode; None off Linux): ranks in different ones
+    cannot meet on loopback."""
+    try:
+        return os.stat("/proc/self/ns/net").st_ino
+    except OSError:
+        return None
 
 
 def _free_port() -> int:

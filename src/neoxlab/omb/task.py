@@ -47,9 +47,12 @@ def rules(cfg: Config, world: int) -> list[str]:
 
 
 def my_group(cfg: Config, comm):
-    """This rank's communicator: the world, or its concurrent group (omb.groups)."""
-    k = cfg.omb.groups
-    return comm if k == 1 else comm.Split(comm.Get_rank() % k, comm.Get_rank())
+    """This rank's communicator: the world, or its concurrent group (omb.groups): every k-th
+    rank (one per node), or a block of consecutive ranks (omb.within_nodes: a node's)."""
+    k, rank = cfg.omb.groups, comm.Get_rank()
+    if k == 1:
+        return comm
+    return comm.Split(rank // (comm.Get_size() // k) if cfg.omb.within_nodes else rank % k, rank)
 
 
 def lockstep(rows: Iterator[Row], world, concurrent: int
@@ -91,9 +94,12 @@ def run(cfg: Config, run_dir: Path, world, terminal) -> int:
         for row, all_groups_s in lockstep(iter_rows(opts, comm), world, concurrent):
             failures += row.validation == "Fail"
             extra = {}
-            if all_groups_s is not None:  # world rank g is in group g
-                averages = world.gather(row.avg_us, root=0)
-                extra = {"group_avg_us": (averages or [])[:concurrent],
+            if all_groups_s is not None:
+                averages = world.gather(row.avg_us, root=0) or []
+                # one rank of each group: ranks 0..k-1, or each block's first (within_nodes)
+                firsts = averages[::world.Get_size() // concurrent] if cfg.omb.within_nodes \
+                    else averages[:concurrent]
+                extra = {"group_avg_us": firsts,
                          "all_groups_s": all_groups_s}
             if out is not None:
                 print(table_row(row, opts), file=terminal, flush=True)

@@ -238,6 +238,22 @@ def codec_on_path(codec_s: float, idle_wire_s: float, slow_path: float,
     return codec_s * max(1.0, slow_path * (group_share + (1 - group_share) * others_busy))
 
 
+def dim_seconds(cfg: Config, layout: Layout, profile: PerfProfile, dim: str, kind: str
+                ) -> tuple[float, float]:
+    """The model's wire and codec seconds per step of one dimension, as the compression
+    patch times them (before any overlap with compute)."""
+    comm = codec = 0.0
+    link = getattr(profile, kind)
+    for msg in traffic.messages(cfg, layout):
+        if msg.dim != dim:
+            continue
+        cost = costs.message_cost(msg, link, codec_for(cfg, profile, msg, [])).scaled(msg.count)
+        per_step = layout.grad_accum if msg.per == "microbatch" else 1
+        comm += cost.comm_s * per_step
+        codec += cost.codec_s * per_step
+    return comm, codec
+
+
 def codec_for(cfg: Config, p: PerfProfile, msg: traffic.Message, notes: list[str]
               ) -> Codec | None:
     """The dimension's compressor with its ratio on this message's element width; none for

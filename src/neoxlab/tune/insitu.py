@@ -22,6 +22,7 @@ cores' compute rate and overheads follow the calibration.
 from __future__ import annotations
 
 import dataclasses
+import json
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -31,17 +32,22 @@ from omegaconf import OmegaConf
 
 from neoxlab.compress import parse_spec
 from neoxlab.config import Config, ConfigError
-from neoxlab.config.profile import CodecProfile, PerfProfile
+from neoxlab.config.profile import CodecProfile, LinkProfile, PerfProfile
 from neoxlab.emulated import model as em
 from neoxlab.files import now
+from neoxlab.layout import Layout, resolve_layout
+from neoxlab.perfmodel import traffic
 from neoxlab.perfmodel.codec_timing import measure_codec
-from neoxlab.perfmodel.predict import spec_key
+from neoxlab.perfmodel.predict import dim_seconds, spec_key
 from neoxlab.perfmodel.resolve import check_profile, resolve_profile
+from neoxlab.perfmodel.topology import crosses_nodes
 from neoxlab.run import rundir
+from neoxlab.tune.candidates import Scheme, apply
 
 INSITU = Path("calibration") / "insitu"  # under launch.results_dir
 SHAPED_FIT = "200"  # Mbit/s: the shaped fit of an unshaped experiment (UplinkModel needs one)
 OMB_TIMEOUT_S = 1800
+INTRA_CHECK_STEPS = 5  # steps of the uncompressed run that scales the intra-node link
 
 
 @dataclass(frozen=True)
@@ -142,13 +148,14 @@ def _emulated(cfg: Config, results: Path, measure: bool, specs: list[str], fresh
             profile = load_profile(doc, path)
             codecs, _, _ = codec_profiles(results, specs, measure)  # this host's, newer or more
             profile = dataclasses.replace(profile, codecs={**profile.codecs, **codecs})
-            return InSitu(profile, f"{path} ({doc['profile']['source']})", doc["provenance"],
-                          path)
+            return with_intra_check(cfg, InSitu(profile, f"{path} ({doc['profile']['source']})",
+                                                doc["provenance"], path))
         # the local profile was calibrated again since: its links, measured, stay; the cores'
         # compute rate and overheads are the new calibration's
         links = em.UplinkModel.from_dict(doc["provenance"]["links"])
         provenance = {**doc["provenance"], "base_profile": origin, "rederived_at": now()}
-        return _write(cfg, path, base, origin, links, results, specs, provenance)
+        return with_intra_check(cfg, _write(cfg, path, base, origin, links, results, specs,
+                                            provenance))
     if not measure:
         rate, flows, nodes = placement(cfg)
         raise ConfigError(
@@ -186,6 +193,86 @@ def _write(cfg: Config, path: Path, base: PerfProfile, origin: str, links: em.Up
     path.parent.mkdir(parents=True, exist_ok=True)
     rundir.write_json(path, doc)
     return InSitu(profile, f"{path} ({profile.source})", provenance, path)
+
+
+# ---- the intra-node link, as the experiment's own collectives found it ----------------
+
+def intra_dims(cfg: Config, layout: Layout) -> list[str]:
+    """The dimensions whose collectives stay inside a node (and move something)."""
+    moving = {m.dim for m in traffic.messages(cfg, layout)}
+    return [d for d in ("tp", "pp", "dp", "zero")
+            if d in moving and not crosses_nodes(layout, d, cfg.cluster.ranks_per_node)]
+
+
+def intra_key(cfg: Config, layout: Layout) -> str:
+    """What sets the sizes of the intra-node messages: the model's shape and the layout."""
+    m = cfg.model
+    return (f"{m.name} (hidden {m.hidden_size}, seq {m.seq_length}, layers {m.num_layers}), "
+            f"tp {layout.tp} pp {layout.pp} dp {layout.dp}, micro-batch {layout.micro_batch}, "
+            f"grad_accum {layout.grad_accum}: {'+'.join(intra_dims(cfg, layout))}")
+
+
+def needs_intra_check(cfg: Config, layout: Layout, found: InSitu) -> bool:
+    """An emulated cluster's profile whose intra-node link this experiment has not yet
+    measured with its own collectives."""
+    return (cfg.cluster.emulated is not None and found.path is not None
+            and bool(intra_dims(cfg, layout))
+            and intra_key(cfg, layout) not in found.provenance.get("intra_checks", {}))
+
+
+def measured_dim_seconds(run_dir: Path, dims: list[str]) -> float:
+    """The seconds per step the ranks of a run spent in the dimensions' collectives
+    (comm.jsonl, averaged over the ranks)."""
+    steps = sum(1 for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line)
+    per_rank: dict[int, float] = {}
+    for line in (run_dir / "comm.jsonl").read_text().splitlines():
+        rec = json.loads(line) if line else {}
+        if rec.get("dim") in dims:
+            per_rank[rec["rank"]] = per_rank.get(rec["rank"], 0.0) + rec["comm_s"]
+    if not steps or not per_rank:
+        raise ConfigError(f"{run_dir} has no steps or no {'/'.join(dims)} collectives in its "
+                          "comm.jsonl: the intra-node link cannot be measured from it")
+    return sum(per_rank.values()) / len(per_rank) / steps
+
+
+def record_intra_check(cfg: Config, layout: Layout, found: InSitu, run_dir: Path) -> None:
+    """An uncompressed run's seconds in the intra-node dimensions, into the profile's cache."""
+    assert found.path is not None
+    doc = rundir.read_json(found.path)
+    checks = doc["provenance"].setdefault("intra_checks", {})
+    checks[intra_key(cfg, layout)] = {
+        "measured_s": measured_dim_seconds(run_dir, intra_dims(cfg, layout)),
+        "run_dir": str(run_dir), "host": socket.gethostname(), "created_at": now()}
+    rundir.write_json(found.path, doc)
+
+
+def with_intra_check(cfg: Config, found: InSitu) -> InSitu:
+    """The profile with its intra-node link scaled, alpha and 1/B alike, by the measured over
+    the predicted seconds of the experiment's uncompressed intra-node collectives, where an
+    intra check was recorded for its model and layout."""
+    layout = resolve_layout(cfg)
+    check = found.provenance.get("intra_checks", {}).get(intra_key(cfg, layout))
+    if check is None:
+        return found
+    none = apply(cfg, Scheme("none"))
+    predicted = sum(dim_seconds(none, layout, found.profile, d, "intra")[0]
+                    for d in intra_dims(cfg, layout))
+    scale = check["measured_s"] / predicted
+    intra = scaled_link(found.profile.intra, scale)
+    return dataclasses.replace(
+        found, profile=dataclasses.replace(found.profile, intra=intra),
+        origin=f"{found.origin}; intra-node link x{scale:.2f} in time, as the uncompressed "
+               f"run {check['run_dir']} found it")
+
+
+def scaled_link(link: LinkProfile, scale: float) -> LinkProfile:
+    """The link `scale` times slower: every latency times it, every bandwidth over it."""
+    def over(gbs: float | None) -> float | None:
+        return None if gbs is None else gbs / scale
+    p2p = None if link.p2p_latency_us is None else link.p2p_latency_us * scale
+    return dataclasses.replace(link, latency_us=link.latency_us * scale,
+                               bandwidth_gbs=link.bandwidth_gbs / scale,
+                               full_gbs=over(link.full_gbs), p2p_latency_us=p2p)
 
 
 def load_profile(doc: dict, path: Path) -> PerfProfile:

@@ -24,8 +24,7 @@ from neoxlab.config import Config, ConfigError
 from neoxlab.config.profile import PerfProfile
 from neoxlab.files import REPO_ROOT
 from neoxlab.layout import Layout
-from neoxlab.perfmodel import costs, traffic
-from neoxlab.perfmodel.predict import codec_for, spec_key
+from neoxlab.perfmodel.predict import dim_seconds, spec_key
 from neoxlab.run import rundir
 from neoxlab.tune import guard, insitu, proxy
 from neoxlab.tune.candidates import Candidate, Scheme, apply, dim_dtype, enumerate_candidates
@@ -133,22 +132,6 @@ def scaled(profile: PerfProfile, kind: str, gbs: float) -> PerfProfile:
     full = None if link.full_gbs is None else link.full_gbs * gbs / link.bandwidth_gbs
     return dataclasses.replace(profile, **{kind: dataclasses.replace(
         link, bandwidth_gbs=gbs, full_gbs=full)})
-
-
-def dim_seconds(cfg: Config, layout: Layout, profile: PerfProfile, dim: str, kind: str
-                ) -> tuple[float, float]:
-    """The model's wire and codec seconds per step of one dimension, as the compression
-    patch times them (before any overlap with compute)."""
-    comm = codec = 0.0
-    link = getattr(profile, kind)
-    for msg in traffic.messages(cfg, layout):
-        if msg.dim != dim:
-            continue
-        cost = costs.message_cost(msg, link, codec_for(cfg, profile, msg, [])).scaled(msg.count)
-        per_step = layout.grad_accum if msg.per == "microbatch" else 1
-        comm += cost.comm_s * per_step
-        codec += cost.codec_s * per_step
-    return comm, codec
 
 
 def _price_dim(cfg: Config, layout: Layout, profile: PerfProfile, origin: str,

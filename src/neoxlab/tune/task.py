@@ -151,7 +151,10 @@ def tune(cfg: Config, layout: Layout, run_dir: Path, user: list[str]) -> Outcome
     t, cost, notes = cfg.tune, {}, []
     clock = time.perf_counter()
     measure = t.measure
+    runner = Runner(cfg.experiment, user, run_dir, t.run_timeout_s)
     found = insitu.resolve(cfg, measure=measure or insitu.runs_here(cfg), specs=t.codecs)
+    if insitu.needs_intra_check(cfg, layout, found):
+        found = _intra_check(cfg, layout, runner, found)
     insitu.write_into(run_dir, found)
     cost["profile"], clock = _lap(clock)
     candidates, excluded = enumerate_candidates(cfg, layout)
@@ -159,7 +162,6 @@ def tune(cfg: Config, layout: Layout, run_dir: Path, user: list[str]) -> Outcome
     fixed = predict_fixed(cfg, t.compare, found.profile, found.origin)
     cost["predict"], clock = _lap(clock)
 
-    runner = Runner(cfg.experiment, user, run_dir, t.run_timeout_s)
     baseline: Run | None = None
     if measure:  # stage (a): the baseline run captures every dimension's first messages
         baseline = runner.train("baseline", _baseline_args(cfg))
@@ -204,6 +206,18 @@ def tune(cfg: Config, layout: Layout, run_dir: Path, user: list[str]) -> Outcome
     return Outcome(cfg.experiment, base, scored, excluded, errors, verdicts, source, schemes,
                    scheme_verdicts, probes, chosen, cost, fixed, notes, found.origin,
                    found.profile, limits)
+
+
+def _intra_check(cfg: Config, layout: Layout, runner: Runner, found: insitu.InSitu
+                 ) -> insitu.InSitu:
+    """A short uncompressed run of the experiment, whose seconds in its collectives inside a
+    node scale the profile's intra-node link (recorded in the profile's cache)."""
+    run = runner.train("intra_link", [*overrides(cfg, Scheme("none")),
+                                      f"train.steps={insitu.INTRA_CHECK_STEPS}"])
+    if run.error or run.run_dir is None:
+        raise RuntimeError(f"the tuner's intra-node link run failed: {run.error or 'no run dir'}")
+    insitu.record_intra_check(cfg, layout, found, run.run_dir)
+    return insitu.resolve(cfg, measure=True, specs=cfg.tune.codecs)
 
 
 def _lap(clock: float) -> tuple[float, float]:
