@@ -18,7 +18,7 @@ from neoxlab.config.profile import CodecProfile, LinkProfile, PerfProfile
 from neoxlab.layout import resolve_layout
 from neoxlab.perfmodel import costs, traffic
 from neoxlab.perfmodel.fit import fit_alpha_beta
-from neoxlab.perfmodel.predict import COMPONENTS, codec_for, predict
+from neoxlab.perfmodel.predict import COMPONENTS, codec_for, predict, slowdowns
 from neoxlab.perfmodel.resolve import resolve_profile
 from neoxlab.perfmodel.stretch import Load
 from neoxlab.perfmodel.topology import crosses_nodes
@@ -192,6 +192,52 @@ def test_ranks_sharing_cores_run_at_their_share():
     assert pred.step_s == max(pred.critical_s, pred.throughput_s)
     lassen = compose_experiment("baseline_192gpu")  # a GPU per rank: nothing shared
     assert predict(lassen, external=3.0).step_s == predict(lassen).step_s
+
+
+def test_a_pipelines_p2p_is_on_the_path_only_while_it_fills_and_drains():
+    # Lassen (pp 4, a GPU a rank): each boundary's activation and gradient cross the path
+    # once, however many micro-batches; a link so slow that a message outlasts a slot adds
+    # its excess every micro-batch
+    cfg = compose_experiment("baseline_192gpu")
+    profile = resolve_profile(cfg).profile
+    layout = resolve_layout(cfg)
+    (msg,) = [m for m in traffic.messages(cfg, layout) if m.dim == "pp"]
+    pp_mb = costs.message_cost(msg, profile.inter, None).comm_s * msg.count
+    four = predict(cfg, profile)
+    more = compose_experiment("baseline_192gpu", ["parallel.grad_accum=64"])
+    eight = predict(more, profile)
+    assert four.breakdown["pp"] == pytest.approx((layout.pp - 1) * pp_mb)
+    assert eight.breakdown["pp"] == pytest.approx(four.breakdown["pp"])
+    assert eight.breakdown["compute"] == pytest.approx(2 * four.breakdown["compute"])
+    slow = dataclasses.replace(profile, inter=dataclasses.replace(
+        profile.inter, bandwidth_gbs=profile.inter.bandwidth_gbs / 1e4))
+    crawl = predict(cfg, slow)
+    (slow_msg,) = [m for m in traffic.messages(cfg, layout) if m.dim == "pp"]
+    slow_mb = costs.message_cost(slow_msg, slow.inter, None).comm_s * slow_msg.count
+    assert crawl.breakdown["pp"] > (layout.pp - 1) * slow_mb + layout.grad_accum * 0.4 * slow_mb
+
+
+def test_pipeline_ranks_waiting_on_a_shaped_uplink_lend_their_cores():
+    """4 ranks on 2 cores, 2 stages x 2 micro-batches: busy 4 x 2/3 while they compute
+    (old rule); waiting on a wire that frees the cores, fewer; on a veth, as many."""
+    cfg = compose_experiment("local_3d", ["parallel.tp=1", "parallel.pp=2", "parallel.dp=2",
+                                          "parallel.grad_accum=2", "cluster.ranks_per_node=4"])
+    layout, profile = resolve_layout(cfg), resolve_profile(cfg).profile
+    share = 4 * 2 / 3
+    busy, _ = slowdowns(cfg, layout, profile, None, cpu_s=0.1, wire_s=0.1, free_s=0.0)
+    assert busy == pytest.approx(share / 2)
+    lent, _ = slowdowns(cfg, layout, profile, None, cpu_s=0.5, wire_s=0.1, free_s=0.1)
+    assert 1.0 < lent < share / 2
+    u = 2 / 3 * (0.5 * lent) / (0.5 * lent + 0.1)  # the rule it solves: s = ranks u / cores
+    assert lent == pytest.approx(4 * u / 2)
+    assert slowdowns(cfg, layout, profile, None, 0.1, 0.1, 0.1)[0] == 1.0  # never below
+    loaded, _ = slowdowns(cfg, layout, profile, 2.0, cpu_s=0.1, wire_s=0.1, free_s=0.05)
+    u = 2 / 3 * (0.1 * loaded + 0.05) / (0.1 * loaded + 0.1)
+    assert loaded == pytest.approx((4 * u + 2.0) / 2)
+    lockstep = compose_experiment("local_3d", ["parallel.tp=1", "parallel.pp=1",
+                                               "cluster.ranks_per_node=4"])
+    assert slowdowns(lockstep, resolve_layout(lockstep), profile, None, 0.1, 0.1, 0.1)[0] == \
+        pytest.approx(4 / 2)
 
 
 def test_faster_links_shrink_only_the_communication():

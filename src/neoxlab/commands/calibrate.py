@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -123,31 +124,36 @@ def fit_compute(runs: list[tuple[Config, float, float | None]], profile: PerfPro
                 params: tuple[str, ...] = FIT_PARAMS) -> PerfProfile:
     """Least squares for `params` (all >= 0) over (config, measured step s, external load)
     runs. A step is the larger of two branches (critical path, CPU work at a share of the
-    cores), each linear in every parameter: one prediction with all at 0 and one per
-    parameter at 1 give a run's row of the branch that binds at the current values;
-    repeated until no run changes branch."""
-    zero = {name: 0.0 for name in params}
-    current = profile
+    cores), each linear in every parameter but for a pipeline's share of busy ranks on shared
+    cores (predict.slowdowns): each run's row is its binding branch linearized at the current
+    values (one prediction there and one per parameter one unit up), repeated until the
+    values and the binding branches settle (at once where every branch is linear)."""
+    values = {name: 0.0 for name in params}
     chosen: list[int] | None = None
-    for _ in range(10):
-        binds = [int(np.argmax(_branches(cfg, current, e))) for cfg, _, e in runs]
-        if binds == chosen:
-            break
-        chosen, rows, rhs = binds, [], []
+    for _ in range(20):
+        point = _with(profile, values)
+        binds = [int(np.argmax(_branches(cfg, point, e))) for cfg, _, e in runs]
+        rows, rhs = [], []
         for (cfg, measured, e), b in zip(runs, binds, strict=True):
-            base = _branches(cfg, _with(profile, zero), e)[b]
-            rows.append([_branches(cfg, _with(profile, {**zero, name: 1.0}), e)[b] - base
-                         for name in params])
-            rhs.append(measured - base)
+            at = _branches(cfg, point, e)[b]
+            slopes = [_branches(cfg, _with(profile, {**values, name: values[name] + 1.0}),
+                                e)[b] - at for name in params]
+            rows.append(slopes)
+            rhs.append(measured - at + sum(k * values[n] for k, n in zip(slopes, params,
+                                                                           strict=True)))
         x = nonnegative_lstsq(np.array(rows), np.array(rhs))
-        current = _with(profile, dict(zip(params, (float(v) for v in x), strict=True)))
-    fitted = dict(zip(params, (float(v) for v in x), strict=True))
-    if "inv_rate" in fitted and fitted["inv_rate"] <= 0:
+        fitted = dict(zip(params, (float(v) for v in x), strict=True))
+        settled = binds == chosen and all(
+            math.isclose(fitted[n], values[n], rel_tol=1e-9, abs_tol=1e-12) for n in params)
+        values, chosen = fitted, binds
+        if settled:
+            break
+    if "inv_rate" in values and values["inv_rate"] <= 0:
         raise ConfigError(
             "calibration runs do not determine the compute rate (their fitted share of compute "
             "is <= 0); include a compute-heavy run, e.g. neox_small data parallel"
         )
-    return _with(profile, fitted)
+    return _with(profile, values)
 
 
 def measured_step(run_dir: Path) -> float:

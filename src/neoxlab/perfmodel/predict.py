@@ -2,11 +2,17 @@
 
 With m micro-batches per step and pp stages, DeepSpeed's 1F1B schedule runs m slots of one
 micro-batch's forward + backward on the busiest stage, plus one slot of every other stage
-while the pipeline fills and drains (pp - 1 slots when the stages are balanced):
+while the pipeline fills and drains (pp - 1 slots when the stages are balanced); each stage
+boundary is crossed on the critical path by one activation and one gradient (pp_mb, both
+messages of a micro-batch) while it fills and drains, and in between the p2p overlaps the
+stages' work but for what a message takes beyond a slot:
 
-  slot   = compute + overhead + tp + pp + codec(tp, pp)          per micro-batch
-  step   = m slot + sum over the other stages of their slot + (1 - dp_overlap) dp
+  slot   = compute + overhead + tp + codec(tp, pp)          per micro-batch
+  step   = m slot + sum over the other stages of their slot + (pp - 1) pp_mb
+           + m max(0, pp_mb / 2 - slot) + (1 - dp_overlap) dp
            + (1 - zero_overlap) zero + codec(dp, zero) + step overhead + control all-reduces
+
+(2x2-pp on the emulated cluster, pp_mb counted in every slot: every scheme 50-89 % slow.)
 
 compute = FLOPs of the step (metrics.flops_per_iteration) / (world x m) x the stage's share
 of layers / the achievable rate; another stage's slot is the busiest one's scaled by its
@@ -108,12 +114,22 @@ def predict(cfg: Config, profile: PerfProfile | None = None, origin: str = "",
     return _predict(cfg, layout, profile, origin, external, dtypes)
 
 
-def slowdowns(cfg: Config, layout: Layout, profile: PerfProfile, external: float | None
+def slowdowns(cfg: Config, layout: Layout, profile: PerfProfile, external: float | None,
+              cpu_s: float = 0.0, wire_s: float = 0.0, free_s: float = 0.0
               ) -> tuple[float, float]:
     """(critical path, throughput) slowdowns of ranks sharing cores; (1, 1) with a device
-    per rank. Competing threads: the node's ranks that are busy (a stage idles in pp - 1 of
-    the m + pp - 1 slots; gloo waits sleep) plus `external` ones; each gets
-    cores / competitors of a core."""
+    per rank. Competing threads: the node's ranks that are busy plus `external` ones; each
+    gets cores / competitors of a core. Without a pipeline the ranks compute in lockstep (a
+    collective every layer), so all of them are busy while any computes. A pipeline's stages
+    are not in lockstep: a stage idles in pp - 1 of the m + pp - 1 slots, and a rank waiting
+    on a shaped uplink (gloo waits sleep) leaves its core to another stage's rank, where one
+    waiting on a veth does not (the cores carry its packets). So the ranks are busy for
+    their share of the critical path, `cpu_s` (at own-core speed) slowed by s, `wire_s` not,
+    less `free_s`, the wire time whose cores are free:
+    u = m / (m + pp - 1) x (cpu s + wire - free) / (cpu s + wire), and
+    s = (ranks u + external) / cores is solved for s (a quadratic). 2x2-pp's ranks (4 on 2
+    cores, emulated) were busy 1.7-2.1 on average over their timelines, where
+    m / (m + pp - 1) alone said 2.7."""
     if not profile.shared_cores:
         return 1.0, 1.0
     c = cfg.cluster
@@ -121,8 +137,14 @@ def slowdowns(cfg: Config, layout: Layout, profile: PerfProfile, external: float
     ranks = sharing_ranks(cfg, layout)
     m, pp = layout.grad_accum, layout.pp
     others = max(external or 0.0, 0.0)
-    busy = ranks * m / (m + pp - 1)
-    return max(1.0, (busy + others) / cores), max(1.0, (ranks + others) / cores)
+    share = ranks * m / (m + pp - 1)
+    path = (share + others) / cores
+    if pp > 1 and cpu_s > 0 and free_s > 0:
+        # cores s (cpu s + wire) = share (cpu s + wire - free) + others (cpu s + wire)
+        a, b = cores * cpu_s, cores * wire_s - share * cpu_s - others * cpu_s
+        c = share * (wire_s - free_s) + others * wire_s
+        path = (-b + math.sqrt(b * b + 4 * a * c)) / (2 * a)
+    return max(1.0, path), max(1.0, (ranks + others) / cores)
 
 
 def sharing_ranks(cfg: Config, layout: Layout) -> int:
@@ -161,27 +183,38 @@ def _predict(cfg: Config, layout: Layout, p: PerfProfile, origin: str,
         target = per_mb if msg.per == "microbatch" else per_dim
         target[msg.dim] = target[msg.dim] + cost
     codec_mb = per_mb["tp"].codec_s + per_mb["pp"].codec_s
-    slot = compute_mb + overhead_mb + per_mb["tp"].comm_s + per_mb["pp"].comm_s + codec_mb
+    tp_mb, pp_mb = per_mb["tp"].comm_s, per_mb["pp"].comm_s
+    slot = compute_mb + overhead_mb + tp_mb + codec_mb  # a micro-batch, less its p2p
+    others = (sum(shape.stage_layers) - shape.layers) / shape.layers  # the other stages' slots
     codec_step = per_dim["dp"].codec_s + per_dim["zero"].codec_s
     step_cpu = p.step_overhead_us * 1e-6
     breakdown = {
         "compute": m * compute_mb,
         "overhead": m * overhead_mb + step_cpu + per_dim["control"].comm_s,
-        "tp": m * per_mb["tp"].comm_s,
-        "pp": m * per_mb["pp"].comm_s,
+        "tp": m * tp_mb,
+        # a micro-batch's activation and gradient cross each stage boundary once while the
+        # pipeline fills and drains; in between they overlap the stages' work, but for what
+        # one takes beyond a slot (pp_mb: both messages of a micro-batch)
+        "pp": (pp - 1) * pp_mb + m * max(0.0, pp_mb / 2 - slot),
         # 1F1B: the busiest stage paces m slots, every other stage adds its own once
-        "bubble": slot * (sum(shape.stage_layers) - shape.layers) / shape.layers,
+        "bubble": slot * others,
         "dp": per_dim["dp"].comm_s * (1 - p.dp_overlap),
         "zero": per_dim["zero"].comm_s * (1 - p.zero_overlap),
         "codec": m * codec_mb + codec_step,
     }
-    slow_path, slow_cores = slowdowns(cfg, layout, p, external)
     # time on an inter-node wire passes at the wire's pace, whatever share of a core the
     # waiting ranks get (emulated nodes: shaped uplinks), and so does time on a link fitted
-    # under the run's load (emulated veths); codecs as codec_on_path says; everything else
-    # is slowed
-    wire = sum(breakdown[dim] for dim in ("tp", "pp", "dp", "zero")
-               if links[dim] == "inter" or getattr(p, links[dim]).fitted_under_load)
+    # under the run's load (emulated veths), the other stages' TP included; codecs as
+    # codec_on_path says; everything else is slowed
+    on_wire = {dim for dim in ("tp", "pp", "dp", "zero")
+               if links[dim] == "inter" or getattr(p, links[dim]).fitted_under_load}
+    wire = sum(breakdown[dim] for dim in on_wire) + ("tp" in on_wire) * tp_mb * others
+    cpu_path = sum(breakdown.values()) - wire - breakdown["codec"]
+    # the wire time in which the waiting ranks' cores are free (a shaped uplink's queue; not
+    # a veth, whose packets the cores carry)
+    free = sum(breakdown[dim] * (1.0 - getattr(p, links[dim]).busy_fraction)
+               for dim in on_wire)
+    slow_path, slow_cores = slowdowns(cfg, layout, p, external, cpu_path, wire, free)
 
     group = {"tp": layout.tp, "pp": 2, "dp": layout.dp, "zero": layout.dp}
     sharing = sharing_ranks(cfg, layout)
