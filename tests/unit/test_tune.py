@@ -463,6 +463,7 @@ def test_the_intra_check_scales_the_intra_link_to_what_the_run_measured(results_
     assert insitu.intra_dims(cfg, layout) == ["tp"]
     before = insitu.resolve(cfg)
     assert insitu.needs_intra_check(cfg, layout, before)
+    assert "not yet checked against a run" in before.origin
     none = apply(cfg, Scheme("none"))
     predicted = dim_seconds(none, layout, before.profile, "tp", "intra")[0]
     steps = 5

@@ -251,12 +251,16 @@ def with_intra_check(cfg: Config, found: InSitu) -> InSitu:
     the predicted seconds of the experiment's uncompressed intra-node collectives, where an
     intra check was recorded for its model and layout."""
     layout = resolve_layout(cfg)
+    dims = intra_dims(cfg, layout)
     check = found.provenance.get("intra_checks", {}).get(intra_key(cfg, layout))
     if check is None:
-        return found
+        if not dims:
+            return found
+        return dataclasses.replace(found, origin=(
+            f"{found.origin}; intra-node link ({'+'.join(dims)}) as the omb fit, not yet "
+            "checked against a run of this model and layout (task=tune runs one)"))
     none = apply(cfg, Scheme("none"))
-    predicted = sum(dim_seconds(none, layout, found.profile, d, "intra")[0]
-                    for d in intra_dims(cfg, layout))
+    predicted = sum(dim_seconds(none, layout, found.profile, d, "intra")[0] for d in dims)
     scale = check["measured_s"] / predicted
     intra = scaled_link(found.profile.intra, scale)
     return dataclasses.replace(
@@ -267,12 +271,11 @@ def with_intra_check(cfg: Config, found: InSitu) -> InSitu:
 
 def scaled_link(link: LinkProfile, scale: float) -> LinkProfile:
     """The link `scale` times slower: every latency times it, every bandwidth over it."""
-    def over(gbs: float | None) -> float | None:
-        return None if gbs is None else gbs / scale
+    full = None if link.full_gbs is None else link.full_gbs / scale
     p2p = None if link.p2p_latency_us is None else link.p2p_latency_us * scale
     return dataclasses.replace(link, latency_us=link.latency_us * scale,
-                               bandwidth_gbs=link.bandwidth_gbs / scale,
-                               full_gbs=over(link.full_gbs), p2p_latency_us=p2p)
+                               bandwidth_gbs=link.bandwidth_gbs / scale, full_gbs=full,
+                               p2p_latency_us=p2p)
 
 
 def load_profile(doc: dict, path: Path) -> PerfProfile:
