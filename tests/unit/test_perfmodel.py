@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import subprocess
 import sys
@@ -18,7 +19,13 @@ from neoxlab.config.profile import CodecProfile, LinkProfile, PerfProfile
 from neoxlab.layout import resolve_layout
 from neoxlab.perfmodel import costs, traffic
 from neoxlab.perfmodel.fit import fit_alpha_beta
-from neoxlab.perfmodel.predict import COMPONENTS, codec_for, predict, slowdowns
+from neoxlab.perfmodel.predict import (
+    COMPONENTS,
+    codec_for,
+    latencies_only,
+    predict,
+    slowdowns,
+)
 from neoxlab.perfmodel.resolve import resolve_profile
 from neoxlab.perfmodel.stretch import Load
 from neoxlab.perfmodel.topology import crosses_nodes
@@ -238,6 +245,34 @@ def test_pipeline_ranks_waiting_on_a_shaped_uplink_lend_their_cores():
                                                "cluster.ranks_per_node=4"])
     assert slowdowns(lockstep, resolve_layout(lockstep), profile, None, 0.1, 0.1, 0.1)[0] == \
         pytest.approx(4 / 2)
+
+
+def test_a_latency_leaves_the_cores_free_and_a_veths_bytes_do_not():
+    """A pipeline on shared cores whose TP crosses a veth (its packets take the cores): the
+    same TP seconds slow the stages' compute less when they are latencies (waiting for the
+    peer) than when they are bytes."""
+    cfg = compose_experiment("local_3d", ["parallel.tp=2", "parallel.pp=2", "parallel.dp=1",
+                                          "parallel.grad_accum=2", "cluster.nodes=2",
+                                          "cluster.ranks_per_node=2", "cluster.cores_per_node=1"])
+    layout, base = resolve_layout(cfg), resolve_profile(cfg).profile
+    assert predict(cfg).links["tp"] == "intra" and predict(cfg).links["pp"] == "inter"
+    veth = dataclasses.replace(base.intra, fitted_under_load=True, busy_fraction=1.0,
+                               latency_us=0.0, bandwidth_gbs=1e-2)
+    bytes_only = dataclasses.replace(base, intra=veth)
+    tp = [m for m in traffic.messages(cfg, layout) if m.dim == "tp"]
+    seconds = sum(costs.message_cost(m, veth, None).comm_s * m.count for m in tp)
+    steps = sum(2 * (m.group - 1) * m.count if m.op == "all_reduce" else (m.group - 1) * m.count
+                for m in tp)
+    waits = dataclasses.replace(veth, latency_us=seconds / steps * 1e6, bandwidth_gbs=math.inf)
+    latency_only = dataclasses.replace(base, intra=waits)
+    assert sum(costs.message_cost(m, waits, None).comm_s * m.count for m in tp) == \
+        pytest.approx(seconds)
+    busy, waiting = predict(cfg, bytes_only), predict(cfg, latency_only)
+    assert waiting.critical_s < busy.critical_s
+    link = latencies_only(base.inter)
+    (p2p,) = [m for m in traffic.messages(cfg, layout) if m.dim == "pp"]
+    assert costs.message_cost(p2p, link, None).comm_s == pytest.approx(
+        (base.inter.p2p_latency_us or base.inter.latency_us) * 1e-6)
 
 
 def test_faster_links_shrink_only_the_communication():

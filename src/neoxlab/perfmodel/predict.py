@@ -122,10 +122,11 @@ def slowdowns(cfg: Config, layout: Layout, profile: PerfProfile, external: float
     gets cores / competitors of a core. Without a pipeline the ranks compute in lockstep (a
     collective every layer), so all of them are busy while any computes. A pipeline's stages
     are not in lockstep: a stage idles in pp - 1 of the m + pp - 1 slots, and a rank waiting
-    on a shaped uplink (gloo waits sleep) leaves its core to another stage's rank, where one
-    waiting on a veth does not (the cores carry its packets). So the ranks are busy for
-    their share of the critical path, `cpu_s` (at own-core speed) slowed by s, `wire_s` not,
-    less `free_s`, the wire time whose cores are free:
+    for its peer (a latency) or on a shaped uplink's queue (gloo waits sleep) leaves its
+    core to another stage's rank, where one whose bytes cross a veth does not (the cores
+    carry its packets). So the ranks are busy for their share of the critical path, `cpu_s`
+    (at own-core speed) slowed by s, `wire_s` not, less `free_s`, the wire time whose cores
+    are free:
     u = m / (m + pp - 1) x (cpu s + wire - free) / (cpu s + wire), and
     s = (ranks u + external) / cores is solved for s (a quadratic). 2x2-pp's ranks (4 on 2
     cores, emulated) were busy 1.7-2.1 on average over their timelines, where
@@ -172,6 +173,7 @@ def _predict(cfg: Config, layout: Layout, p: PerfProfile, origin: str,
                    else "intra") for dim in ("tp", "pp", "dp", "zero", "control")}
     per_dim = {dim: costs.ZERO for dim in links}
     per_mb = {dim: costs.ZERO for dim in links}
+    latency = {dim: 0.0 for dim in links}  # seconds of the dimension's comm that are latencies
     notes: list[str] = []
     messages = traffic.messages(cfg, layout, dtypes)
     # a reduce to owners' payloads cross one at a time (costs.compressed), so its ranks leave
@@ -179,9 +181,12 @@ def _predict(cfg: Config, layout: Layout, p: PerfProfile, origin: str,
     staggered = {msg.dim for msg in messages if msg.op == "reduce_to_owners"}
     for msg in messages:
         link: LinkProfile = getattr(p, links[msg.dim])
-        cost = costs.message_cost(msg, link, codec_for(cfg, p, msg, notes)).scaled(msg.count)
+        codec = codec_for(cfg, p, msg, notes)
+        cost = costs.message_cost(msg, link, codec).scaled(msg.count)
         target = per_mb if msg.per == "microbatch" else per_dim
         target[msg.dim] = target[msg.dim] + cost
+        latency[msg.dim] += costs.message_cost(msg, latencies_only(link), codec).comm_s * \
+            msg.count * (m if msg.per == "microbatch" else 1)
     codec_mb = per_mb["tp"].codec_s + per_mb["pp"].codec_s
     tp_mb, pp_mb = per_mb["tp"].comm_s, per_mb["pp"].comm_s
     slot = compute_mb + overhead_mb + tp_mb + codec_mb  # a micro-batch, less its p2p
@@ -210,10 +215,16 @@ def _predict(cfg: Config, layout: Layout, p: PerfProfile, origin: str,
                if links[dim] == "inter" or getattr(p, links[dim]).fitted_under_load}
     wire = sum(breakdown[dim] for dim in on_wire) + ("tp" in on_wire) * tp_mb * others
     cpu_path = sum(breakdown.values()) - wire - breakdown["codec"]
-    # the wire time in which the waiting ranks' cores are free (a shaped uplink's queue; not
-    # a veth, whose packets the cores carry)
-    free = sum(breakdown[dim] * (1.0 - getattr(p, links[dim]).busy_fraction)
-               for dim in on_wire)
+    # the wire time in which the waiting ranks' cores are free: its latencies (a rank waits
+    # for its peer) and, of the rest, what a shaped uplink's queue holds (a veth's packets
+    # take the cores: busy_fraction 1)
+    free = 0.0
+    for dim in on_wire:
+        comm = per_dim[dim].comm_s + m * per_mb[dim].comm_s
+        waits = latency[dim] / comm if comm > 0 else 0.0
+        busy = getattr(p, links[dim]).busy_fraction
+        share = waits + (1.0 - waits) * (1.0 - busy)
+        free += share * (breakdown[dim] + (dim == "tp") * tp_mb * others)
     slow_path, slow_cores = slowdowns(cfg, layout, p, external, cpu_path, wire, free)
 
     group = {"tp": layout.tp, "pp": 2, "dp": layout.dp, "zero": layout.dp}
@@ -246,6 +257,12 @@ def _predict(cfg: Config, layout: Layout, p: PerfProfile, origin: str,
         bound="cores" if throughput > critical else "critical path",
         critical_s=critical, throughput_s=throughput, codec_path_s=codec,
     )
+
+
+def latencies_only(link: LinkProfile) -> LinkProfile:
+    """The link with bytes that take no time: a message's cost on it is its latencies."""
+    return dataclasses.replace(link, bandwidth_gbs=math.inf,
+                               full_gbs=None if link.full_gbs is None else math.inf)
 
 
 def codec_on_path(codec_s: float, idle_wire_s: float, slow_path: float,
