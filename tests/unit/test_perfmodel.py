@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from neoxlab import metrics
 from neoxlab.commands.calibrate import fit_compute
@@ -145,6 +146,22 @@ def test_zfp_ratio_depends_on_the_element_width():
     assert codec_ratio("zfp", {"rate": 24}, 16, None) < 1.0  # sent raw
     with pytest.raises(ConfigError, match="data-dependent"):
         codec_ratio("mpc", {}, 16, None)
+
+
+@pytest.mark.parametrize("spec", ["int8", "int4", "int8:block=64"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_quantizers_ratio_is_what_their_encoder_sends(spec, dtype):
+    """Codes and the per-block scales: the model's ratio against a real encode (a message of
+    1 M values, so the header is negligible)."""
+    from neoxlab.compress import make_compressor, parse_spec
+    from neoxlab.perfmodel.predict import codec_ratio
+
+    x = torch.randn(1 << 20).to(dtype)
+    sent = make_compressor(spec).encode(x).numel()
+    name, params = parse_spec(spec)
+    bits = torch.finfo(dtype).bits
+    assert codec_ratio(name, params, bits, None) == pytest.approx(x.numel() * bits / 8 / sent,
+                                                                   rel=1e-4)
 
 
 def test_a_codec_profile_timed_at_the_dimension_rate_is_preferred():

@@ -27,6 +27,7 @@ from neoxlab.compress.registry import register
 
 _SLICE = 1 << 18  # values per slice of work (1 MiB of fp32; 2^16 was 1.3x slower)
 _MAX_BLOCK = 1 << 20
+DEFAULT_BLOCK = 256  # values per fp32 scale
 
 
 class _Blockwise(Compressor):
@@ -35,7 +36,7 @@ class _Blockwise(Compressor):
     qmax: int
     bits: int
 
-    def __init__(self, *, block: int = 256, **unknown: object) -> None:
+    def __init__(self, *, block: int = DEFAULT_BLOCK, **unknown: object) -> None:
         super().__init__(**unknown)
         lo = 2 if self.bits == 4 else 1
         self.block = check_int(self.name, "block", block, lo, _MAX_BLOCK,

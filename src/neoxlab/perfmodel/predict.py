@@ -37,6 +37,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 from neoxlab import metrics
+from neoxlab.compress.quant import DEFAULT_BLOCK
 from neoxlab.config import Config, ConfigError
 from neoxlab.config.profile import (
     FUSED_CODECS,
@@ -54,7 +55,8 @@ from neoxlab.perfmodel.topology import crosses_nodes
 
 COMPONENTS = ("compute", "overhead", "tp", "pp", "bubble", "dp", "zero", "codec")
 # wire bits per value of the fixed-size codecs (zfp: its rate parameter)
-FIXED_BITS = {"fp16": 16, "bf16": 16, "int8": 8, "int4": 4}
+FIXED_BITS = {"fp16": 16, "bf16": 16}
+QUANT_BITS = {"int8": 8, "int4": 4}  # a code per value, and an fp32 scale per block
 # a wire element width as an MPI library's rules name it (16 bits: fp16 or bf16, never
 # compressed by a library that takes MPI_FLOAT / MPI_DOUBLE only)
 WIRE_NAMES = {32: "fp32", 64: "fp64", 16: "fp16"}
@@ -396,6 +398,8 @@ def codec_ratio(name: str, params: dict, float_bits: int, profile_ratio: float |
         return float_bits / float(params.get("rate", 16))
     if name in FIXED_BITS:
         return float_bits / FIXED_BITS[name]
+    if name in QUANT_BITS:  # compress/quant.py's wire format
+        return float_bits / (QUANT_BITS[name] + 32 / int(params.get("block", DEFAULT_BLOCK)))
     if name == "topk":
         ratio = float(params.get("ratio", 0.01))  # value + int32 index per kept element
         return float_bits / (ratio * (float_bits + 32))
