@@ -52,11 +52,12 @@ def test_uncompressed_dp_and_zero_cross_the_uplinks_and_tp_stays_inside():
     assert uplink_payload_bytes(cfg, PROFILE) == pytest.approx(by_hand(cfg, 1.0))
 
 
-def test_int8_on_dp_shrinks_the_gradients_4x_on_fp32():
+def test_int8_on_dp_sends_a_byte_and_a_share_of_a_block_scale_per_fp32_gradient():
     cfg = emulated_2x2("compressor=int8")
     got = uplink_payload_bytes(cfg, PROFILE)
-    assert got == pytest.approx(by_hand(cfg, 32 / 8))
-    assert got["dp"] == pytest.approx(uplink_payload_bytes(emulated_2x2(), PROFILE)["dp"] / 4)
+    ratio = 32 / (8 + 32 / 256)  # codes, and an fp32 scale per block of 256
+    assert got == pytest.approx(by_hand(cfg, ratio))
+    assert got["dp"] == pytest.approx(uplink_payload_bytes(emulated_2x2(), PROFILE)["dp"] / ratio)
 
 
 def test_a_data_dependent_codec_shrinks_by_the_profiles_ratio():
