@@ -57,17 +57,7 @@ def test_concurrent_groups_share_each_uplink(tmp_path):
     # message against 0.19 s alone, the other group waiting its turn; so the time until
     # both groups had sent all their messages is asserted
     size, iterations = 1 << 20, 3 + 1
-    proc, run_dir = run_experiment(
-        "emulated_omb", tmp_path, "cluster.emulated.prefix=nxtomb2", "launch.timeout_s=120",
-        "cluster.launcher=mpiexec",
-        f"cluster.emulated.inter.rate_mbit={RATE_MBIT}", "cluster.ranks_per_node=2",
-        "omb.groups=2", "omb.benchmarks=[allreduce]",
-        f"omb.min_size={size}", f"omb.max_size={size}",
-        "omb.iterations=3", "omb.warmup=1", timeout=180)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    rows = em.read_omb(run_dir)
-    assert [(r["size"], r["groups"], len(r["group_avg_us"])) for r in rows] == [(size, 2, 2)]
-    uplinks = json.loads((run_dir / "network.json").read_text())["uplinks"]
+    rows, uplinks = two_groups_of_1mib(tmp_path, "nxtomb2")
     one_group = size * iterations
     assert all(payload_bytes(c, "tx") >= 2 * one_group for c in uplinks.values()), uplinks
     # both groups on each uplink: their messages take about twice one group's wire time
@@ -83,17 +73,24 @@ def test_groups_within_nodes_talk_inside_them(tmp_path):
     # not take loopback because the ranks share a host (it did, and the run hung). Their
     # messages stay off the shaped uplinks and take far less than the uplink's wire time
     size = 1 << 20
+    rows, uplinks = two_groups_of_1mib(tmp_path, "nxtomb3", "omb.within_nodes=true")
+    assert all(payload_bytes(c, "tx") < size for c in uplinks.values()), uplinks
+    lone_s = (size - MIN_BURST_BYTES) / (RATE_MBIT * 1e6 / 8)
+    assert rows[0]["avg_us"] * 1e-6 < 0.5 * lone_s, (rows[0], lone_s)
+
+
+def two_groups_of_1mib(tmp_path, prefix: str, *extra: str) -> tuple[list[dict], dict]:
+    """2 nodes x 2 ranks in 2 omb groups, 1 MiB all-reduces (3 + 1 warm-up) at RATE_MBIT:
+    the rows (one size, each group's time) and the uplinks' counters."""
+    size = 1 << 20
     proc, run_dir = run_experiment(
-        "emulated_omb", tmp_path, "cluster.emulated.prefix=nxtomb3", "launch.timeout_s=120",
+        "emulated_omb", tmp_path, f"cluster.emulated.prefix={prefix}", "launch.timeout_s=120",
         "cluster.launcher=mpiexec",
         f"cluster.emulated.inter.rate_mbit={RATE_MBIT}", "cluster.ranks_per_node=2",
-        "omb.groups=2", "omb.within_nodes=true", "omb.benchmarks=[allreduce]",
+        "omb.groups=2", *extra, "omb.benchmarks=[allreduce]",
         f"omb.min_size={size}", f"omb.max_size={size}",
         "omb.iterations=3", "omb.warmup=1", timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = em.read_omb(run_dir)
     assert [(r["size"], r["groups"], len(r["group_avg_us"])) for r in rows] == [(size, 2, 2)]
-    uplinks = json.loads((run_dir / "network.json").read_text())["uplinks"]
-    assert all(payload_bytes(c, "tx") < size for c in uplinks.values()), uplinks
-    lone_s = (size - MIN_BURST_BYTES) / (RATE_MBIT * 1e6 / 8)
-    assert rows[0]["avg_us"] * 1e-6 < 0.5 * lone_s, (rows[0], lone_s)
+    return rows, json.loads((run_dir / "network.json").read_text())["uplinks"]
