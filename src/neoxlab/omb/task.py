@@ -46,13 +46,19 @@ def rules(cfg: Config, world: int) -> list[str]:
     return errors
 
 
+def group_of(cfg: Config, rank: int, world_size: int) -> int:
+    """A world rank's concurrent group (omb.groups = k): every k-th rank (one per node), or a
+    block of consecutive ranks (omb.within_nodes: a node's)."""
+    k = cfg.omb.groups
+    return rank // (world_size // k) if cfg.omb.within_nodes else rank % k
+
+
 def my_group(cfg: Config, comm):
-    """This rank's communicator: the world, or its concurrent group (omb.groups): every k-th
-    rank (one per node), or a block of consecutive ranks (omb.within_nodes: a node's)."""
-    k, rank = cfg.omb.groups, comm.Get_rank()
-    if k == 1:
+    """This rank's communicator: the world, or its concurrent group."""
+    if cfg.omb.groups == 1:
         return comm
-    return comm.Split(rank // (comm.Get_size() // k) if cfg.omb.within_nodes else rank % k, rank)
+    rank = comm.Get_rank()
+    return comm.Split(group_of(cfg, rank, comm.Get_size()), rank)
 
 
 def lockstep(rows: Iterator[Row], world, concurrent: int
@@ -95,11 +101,10 @@ def run(cfg: Config, run_dir: Path, world, terminal) -> int:
             failures += row.validation == "Fail"
             extra = {}
             if all_groups_s is not None:
-                averages = world.gather(row.avg_us, root=0) or []
-                # one rank of each group: ranks 0..k-1, or each block's first (within_nodes)
-                firsts = averages[::world.Get_size() // concurrent] if cfg.omb.within_nodes \
-                    else averages[:concurrent]
-                extra = {"group_avg_us": firsts,
+                firsts: dict[int, float] = {}  # each group's first rank's, in group order
+                for r, avg in enumerate(world.gather(row.avg_us, root=0) or []):
+                    firsts.setdefault(group_of(cfg, r, world.Get_size()), avg)
+                extra = {"group_avg_us": list(firsts.values()),
                          "all_groups_s": all_groups_s}
             if out is not None:
                 print(table_row(row, opts), file=terminal, flush=True)

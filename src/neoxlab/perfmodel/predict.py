@@ -175,7 +175,10 @@ def _predict(cfg: Config, layout: Layout, p: PerfProfile, origin: str,
                    else "intra") for dim in ("tp", "pp", "dp", "zero", "control")}
     per_dim = {dim: costs.ZERO for dim in links}
     per_mb = {dim: costs.ZERO for dim in links}
-    latency = {dim: 0.0 for dim in links}  # seconds of the dimension's comm that are latencies
+    # a pipeline on shared cores: the seconds of each dimension's comm that are latencies
+    # (slowdowns' busy share); nothing else needs them
+    interleaved = pp > 1 and p.shared_cores
+    latency = {dim: 0.0 for dim in links}
     notes: list[str] = []
     messages = traffic.messages(cfg, layout, dtypes)
     # a reduce to owners' payloads cross one at a time (costs.compressed), so its ranks leave
@@ -187,8 +190,9 @@ def _predict(cfg: Config, layout: Layout, p: PerfProfile, origin: str,
         cost = costs.message_cost(msg, link, codec).scaled(msg.count)
         target = per_mb if msg.per == "microbatch" else per_dim
         target[msg.dim] = target[msg.dim] + cost
-        latency[msg.dim] += costs.message_cost(msg, latencies_only(link), codec).comm_s * \
-            msg.count * (m if msg.per == "microbatch" else 1)
+        if interleaved:
+            latency[msg.dim] += costs.message_cost(msg, latencies_only(link), codec).comm_s * \
+                msg.count * (m if msg.per == "microbatch" else 1)
     codec_mb = per_mb["tp"].codec_s + per_mb["pp"].codec_s
     tp_mb, pp_mb = per_mb["tp"].comm_s, per_mb["pp"].comm_s
     slot = compute_mb + overhead_mb + tp_mb + codec_mb  # a micro-batch, less its p2p
@@ -221,7 +225,7 @@ def _predict(cfg: Config, layout: Layout, p: PerfProfile, origin: str,
     # for its peer) and, of the rest, what a shaped uplink's queue holds (a veth's packets
     # take the cores: busy_fraction 1)
     free = 0.0
-    for dim in on_wire:
+    for dim in on_wire if interleaved else ():
         comm = per_dim[dim].comm_s + m * per_mb[dim].comm_s
         waits = latency[dim] / comm if comm > 0 else 0.0
         busy = getattr(p, links[dim]).busy_fraction

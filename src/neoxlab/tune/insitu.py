@@ -22,7 +22,6 @@ cores' compute rate and overheads follow the calibration.
 from __future__ import annotations
 
 import dataclasses
-import json
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from neoxlab.perfmodel.codec_timing import measure_codec
 from neoxlab.perfmodel.predict import dim_seconds, spec_key
 from neoxlab.perfmodel.resolve import check_profile, resolve_profile
 from neoxlab.perfmodel.topology import crosses_nodes
+from neoxlab.results.load import read_jsonl
 from neoxlab.run import rundir
 from neoxlab.tune.candidates import Scheme, apply
 
@@ -204,29 +204,31 @@ def intra_dims(cfg: Config, layout: Layout) -> list[str]:
             if d in moving and not crosses_nodes(layout, d, cfg.cluster.ranks_per_node)]
 
 
-def intra_key(cfg: Config, layout: Layout) -> str:
-    """What sets the sizes of the intra-node messages: the model's shape and the layout."""
+def intra_key(cfg: Config, layout: Layout, dims: list[str]) -> str:
+    """What sets the sizes of the intra-node messages (`dims`: intra_dims): the model's shape
+    and the layout."""
     m = cfg.model
     return (f"{m.name} (hidden {m.hidden_size}, seq {m.seq_length}, layers {m.num_layers}), "
             f"tp {layout.tp} pp {layout.pp} dp {layout.dp}, micro-batch {layout.micro_batch}, "
-            f"grad_accum {layout.grad_accum}: {'+'.join(intra_dims(cfg, layout))}")
+            f"grad_accum {layout.grad_accum}: {'+'.join(dims)}")
 
 
 def needs_intra_check(cfg: Config, layout: Layout, found: InSitu) -> bool:
     """An emulated cluster's profile whose intra-node link this experiment has not yet
     measured with its own collectives."""
-    return (cfg.cluster.emulated is not None and found.path is not None
-            and bool(intra_dims(cfg, layout))
-            and intra_key(cfg, layout) not in found.provenance.get("intra_checks", {}))
+    if cfg.cluster.emulated is None or found.path is None:
+        return False
+    dims = intra_dims(cfg, layout)
+    return bool(dims) and intra_key(cfg, layout, dims) not in found.provenance.get(
+        "intra_checks", {})
 
 
 def measured_dim_seconds(run_dir: Path, dims: list[str]) -> float:
     """The seconds per step the ranks of a run spent in the dimensions' collectives
     (comm.jsonl, averaged over the ranks)."""
-    steps = sum(1 for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line)
+    steps = len(read_jsonl(run_dir / "metrics.jsonl")[0])
     per_rank: dict[int, float] = {}
-    for line in (run_dir / "comm.jsonl").read_text().splitlines():
-        rec = json.loads(line) if line else {}
+    for rec in read_jsonl(run_dir / "comm.jsonl")[0]:
         if rec.get("dim") in dims:
             per_rank[rec["rank"]] = per_rank.get(rec["rank"], 0.0) + rec["comm_s"]
     if not steps or not per_rank:
@@ -240,8 +242,9 @@ def record_intra_check(cfg: Config, layout: Layout, found: InSitu, run_dir: Path
     assert found.path is not None
     doc = rundir.read_json(found.path)
     checks = doc["provenance"].setdefault("intra_checks", {})
-    checks[intra_key(cfg, layout)] = {
-        "measured_s": measured_dim_seconds(run_dir, intra_dims(cfg, layout)),
+    dims = intra_dims(cfg, layout)
+    checks[intra_key(cfg, layout, dims)] = {
+        "measured_s": measured_dim_seconds(run_dir, dims),
         "run_dir": str(run_dir), "host": socket.gethostname(), "created_at": now()}
     rundir.write_json(found.path, doc)
 
@@ -252,7 +255,7 @@ def with_intra_check(cfg: Config, found: InSitu) -> InSitu:
     intra check was recorded for its model and layout."""
     layout = resolve_layout(cfg)
     dims = intra_dims(cfg, layout)
-    check = found.provenance.get("intra_checks", {}).get(intra_key(cfg, layout))
+    check = found.provenance.get("intra_checks", {}).get(intra_key(cfg, layout, dims))
     if check is None:
         if not dims:
             return found
