@@ -10,7 +10,7 @@ OVERRIDES := $(filter-out EXP=% RUN=% PYTHON=% TESTS=%,$(MAKEOVERRIDES))
 TESTS ?= tests
 
 .PHONY: help install neox-env run resume status collect figures test lint bench omb-compare \
-  slurm-up slurm-down clean-venv
+  slurm-up slurm-down clean-venv nvrtc
 
 help: ## list targets and experiments
 	@echo "targets:"
@@ -61,6 +61,18 @@ ifeq ($(TESTS),tests)
 else
 	$(PY) -m pytest -q --durations=25 $(TESTS)
 endif
+
+# NVRTC for the CUDA C codecs' compile tests (tests/unit/test_nvrtc_codecs.py): 11.8 (Lassen's
+# CUDA, sm_70) and 12.x (sm_90). Both wheels install to nvidia/cuda_nvrtc/lib, so each gets its
+# own --target directory; the tests load libnvrtc from there by path.
+NVRTC_CU11 := nvidia-cuda-nvrtc-cu11==11.8.89
+NVRTC_CU12 := nvidia-cuda-nvrtc-cu12==12.9.86
+nvrtc: build/nvrtc/cu11/.installed build/nvrtc/cu12/.installed ## NVRTC 11.8 + 12.9 wheels into build/nvrtc/
+
+build/nvrtc/%/.installed: | $(STAMP)
+	rm -rf build/nvrtc/$*
+	$(PY) -m pip install -q --no-deps --target build/nvrtc/$* $(if $(filter cu11,$*),$(NVRTC_CU11),$(NVRTC_CU12))
+	touch $@
 
 lint: $(STAMP) ## ruff
 	$(VENV)/bin/ruff check src tests bench studies analysis
