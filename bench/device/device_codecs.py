@@ -7,7 +7,9 @@ one fp32 tensor of --mib MiB (captured-like data: Gaussian noise scaled per 4 Ki
 gradients are), next to ``dst.copy_(src)`` of the same tensor timed in the same rounds;
 median of --repeats after a warm-up, timed with device events. The kernels are whatever
 NEOXLAB_CODEC_KERNELS selects (auto: Triton on CUDA); zfp also gets a row with the
-torch-ops path. Goals on a GPU: casts >= 0.8x copy, int8/int4 >= 0.5x, ZFP
+torch-ops path, and every int8/int4/zfp spec a row with the NVRTC kernels (compress/
+nvrtc_codecs.cu; on --device cpu their host build), after nvrtc_identity.py has checked
+their bytes against the torch reference (a mismatch fails the run). Goals on a GPU: casts >= 0.8x copy, int8/int4 >= 0.5x, ZFP
 >= 0.25x. ``--device cpu`` is a dry run of the script itself.
 """
 
@@ -22,6 +24,11 @@ from collections.abc import Callable
 import torch
 
 from neoxlab.compress import make_compressor
+
+try:  # a sibling script (bench/device/ is on sys.path when this runs as a script)
+    import nvrtc_identity
+except ImportError:  # imported as bench.device.device_codecs
+    from bench.device import nvrtc_identity
 
 SPECS = ["none", "fp16", "bf16", "int8", "int4", "zfp:rate=8", "zfp:rate=16", "zfp:rate=4"]
 GOALS = {"fp16": 0.8, "bf16": 0.8, "int8": 0.5, "int4": 0.5, "zfp": 0.25}
@@ -79,6 +86,13 @@ def main() -> int:
     short = 0
     rows = [(s, None) for s in args.specs]
     rows += [(s, "torch") for s in args.specs if s.startswith("zfp:rate=8")]
+    # -- the NVRTC codecs: bit-identity first, then a row per fused codec --------------
+    mismatches = nvrtc_identity.check(dev)
+    for m in mismatches:
+        print(f"NVRTC MISMATCH {m}")
+    print(f"# nvrtc bit-identity against the torch reference: "
+          f"{'OK' if not mismatches else 'FAILED'} ({len(nvrtc_identity.CASES)} cases)")
+    rows += [(s, "nvrtc") for s in args.specs if s.split(":")[0] in ("int8", "int4", "zfp")]
     for spec, kernels in rows:
         before = os.environ.get("NEOXLAB_CODEC_KERNELS")
         if kernels:
@@ -108,7 +122,7 @@ def main() -> int:
         print(f"{label:<26}{enc:>10.1f}{dec:>10.1f}{cp:>11.1f}{enc / cp:>10.3f}"
               f"{dec / cp:>10.3f}{x.nbytes / payload.numel():>7.2f}  {verdict}")
     print(f"# rows short of their goal: {short}")
-    return 1 if short and args.fail_short else 0
+    return 1 if (short and args.fail_short) or mismatches else 0
 
 
 if __name__ == "__main__":

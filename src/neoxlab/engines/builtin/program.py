@@ -21,6 +21,7 @@ from neoxlab.comm.classify import Grid
 from neoxlab.comm.group_backends import GroupRouter
 from neoxlab.comm.install import install_for_run
 from neoxlab.comm.records import format_totals, merge, write_rank_rows
+from neoxlab.compress import kernels as codec_kernels
 from neoxlab.config import Config
 from neoxlab.engines.builtin import checkpoint_io
 from neoxlab.engines.builtin.checkpoint_io import Resumed
@@ -68,6 +69,8 @@ def init_distributed(cfg: Config, layout: Layout):
         # DeepSpeed calls set_device(LOCAL_RANK) again
         choice = device.select_device()
         print(f"[neoxlab] device {choice.describe()}", flush=True)
+        if torch.cuda.is_available():  # Triton, NVRTC or torch ops: one line, in summary.json
+            codec_kernels.chosen(torch.device("cuda", choice.index))
     timeout = comm_timeout(cfg)
     deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False,
                                **({"timeout": timeout} if timeout else {}))
@@ -156,6 +159,7 @@ class StepRunner:
         summary.update(
             hardware_flops_per_iteration=self.hardware_flops,
             global_batch=self.layout.global_batch,
+            codec_kernels=codec_kernels.report(),  # per device: triton, nvrtc or torch, why
         )
         rundir.write_json(run_dir / "summary.json", summary)
 
