@@ -10,7 +10,8 @@ NEOXLAB_CODEC_KERNELS selects (auto: Triton on CUDA); zfp also gets a row with t
 torch-ops path, and every int8/int4/zfp spec a row with the NVRTC kernels (compress/
 nvrtc_codecs.cu; on --device cpu their host build), after nvrtc_identity.py has checked
 their bytes against the torch reference (a mismatch fails the run). Goals on a GPU:
-casts >= 0.8x copy, int8/int4 >= 0.5x, ZFP >= 0.25x. ``--device cpu`` is a dry run of the script itself.
+casts >= 0.8x copy, int8/int4 >= 0.5x, ZFP >= 0.25x. ``--device cpu`` is a dry run of the
+script itself.
 """
 
 from __future__ import annotations
