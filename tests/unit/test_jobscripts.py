@@ -85,7 +85,9 @@ SLURM_192_LINES = [
 LSF_192_STEPS = [
     "<PYTHON> -m neoxlab.launch.jobstep begin <RUN_DIR>",
     "source src/neoxlab/launch/templates/stop_on_signal.sh <RUN_DIR>/stop.request",
-    "run_ranks jsrun -n 192 -r 4 -a 1 -c 10 -g 1 -b packed:10 -d packed \\",
+    # NCCL only, Spectrum MPI: its CUDA hook off (test_lassen_mpi_flags.py)
+    "run_ranks jsrun -n 192 -r 4 -a 1 -c 10 -g 1 -b packed:10 -d packed"
+    " --smpiargs=-disable_gpu_hooks \\",
     "  <PYTHON> -m neoxlab.engines.builtin <RUN_DIR> || code=$?",
     '<PYTHON> -m neoxlab.launch.jobstep end <RUN_DIR> "$code"',
     'exit "$code"',

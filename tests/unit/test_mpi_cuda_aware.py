@@ -192,12 +192,13 @@ def test_spectrum_gets_jsrun_gpu_args_when_mpi_groups_carry_cuda_tensors(tmp_pat
     _, text = _lsf_script(tmp_path, [DP_ON_MPI])
     assert "-d packed --smpiargs=-gpu \\" in text
     _, plain = _lsf_script(tmp_path / "b", [])
-    assert "--smpiargs" not in plain  # nothing on MPI groups: the job starts as before
+    # nothing on MPI groups: Spectrum's CUDA hook off (test_lassen_mpi_flags.py)
+    assert "-d packed --smpiargs=-disable_gpu_hooks \\" in plain
 
 
 def test_mvapich2_gdr_gets_mv2_use_cuda(tmp_path):
     cfg, text = _lsf_script(tmp_path, [DP_ON_MPI, "cluster.mpi_library=mvapich2-gdr"])
     assert rank_env(cfg, tmp_path)["MV2_USE_CUDA"] == "1"
-    assert "export MV2_USE_CUDA=1" in text and "--smpiargs" not in text
+    assert "export MV2_USE_CUDA=1" in text and "--smpiargs=off \\" in text
     cpu = compose_experiment("local_dp", [DP_ON_MPI, "cluster.mpi_library=mvapich2-gdr"])
     assert "MV2_USE_CUDA" not in rank_env(cpu, tmp_path)

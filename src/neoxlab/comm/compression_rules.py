@@ -7,6 +7,7 @@ import torch
 
 from neoxlab.comm.policy import GROUP_OF, communication_dtype
 from neoxlab.compress import CompressionConfigError, available, make_compressor
+from neoxlab.compress.kernels import cluster_choice
 from neoxlab.config import COMPRESSIBLE_DIMS, Config
 from neoxlab.config.profile import FUSED_CODECS, torch_codecs_on
 
@@ -221,21 +222,27 @@ def _validate_mpi(cfg: Config) -> list[str]:
 
 def codec_kernel_warning(cfg: Config) -> str | None:
     """A GPU cluster without Triton (cluster.arch, e.g. Lassen's ppc64le) runs the framework
-    codecs' torch-ops path: said at planning, with the throughput the profile expects."""
+    codecs' NVRTC kernels, or their torch-ops path where its profile prices no NVRTC path
+    (compress/kernels.py decides): said at planning, with the throughput the profile
+    expects."""
     c = cfg.compression
     used = sorted({d.compressor for d in c.dims.values() if d.compressor in FUSED_CODECS})
     if not (c.patch and c.backend == "framework" and used
             and torch_codecs_on(cfg.cluster.device, cfg.cluster.arch)):
         return None
     profile = cfg.cluster.profile
+    codecs = {n: profile.codecs.get(n) for n in used} if profile is not None else {}
+    nvrtc = all(p is not None and p.nvrtc_encode_gbs for p in codecs.values()) and bool(codecs)
+    kind = cluster_choice(cfg.cluster.device, cfg.cluster.arch, nvrtc).kernels
     speeds = []
-    for name in used:
-        p = profile.codecs.get(name) if profile is not None else None
-        if p is not None and p.torch_encode_gbs:
-            speeds.append(f"{name} ~{p.torch_encode_gbs:g} GB/s encode against "
-                          f"{p.encode_gbs:g} GB/s fused")
+    for name, p in codecs.items():
+        gbs = p.nvrtc_encode_gbs if kind == "nvrtc" else p.torch_encode_gbs if p else None
+        if p is not None and gbs:
+            speeds.append(f"{name} ~{gbs:g} GB/s encode against {p.encode_gbs:g} GB/s fused")
     expected = f" (expected: {'; '.join(speeds)})" if speeds else ""
+    path = ("NVRTC kernels (CUDA C compiled at first use; their speed assumed until "
+            "measured)" if kind == "nvrtc" else
+            "torch-ops path, about a hundred kernels per chunk")
     return (f"cluster.arch={cfg.cluster.arch}: Triton has no wheel for it, so {', '.join(used)}"
-            f" run their torch-ops path on the GPU, about a hundred kernels per chunk"
-            f"{expected}; task=predict prices it; bench/device/device_codecs.py measures it there "
-            "(docs/gpus.md, Triton on POWER9)")
+            f" run their {path} on the GPU{expected}; task=predict prices it; "
+            "bench/device/device_codecs.py measures it there (docs/gpus.md, Codec kernels)")

@@ -96,8 +96,29 @@ def mpi_device_environment(cfg: Config) -> dict[str, str]:
     return dict(DEVICE_BUFFER_ENV.get(cfg.cluster.mpi_library, {}))
 
 
-def jsrun_smpiargs(cfg: Config) -> str | None:
-    """jsrun --smpiargs for Spectrum MPI runs that hand it device buffers, else None."""
-    if cfg.cluster.mpi_library == "spectrum" and mpi_carries_device_buffers(cfg):
-        return SPECTRUM_JSRUN_ARGS
-    return None
+# jsrun starts every task under Spectrum MPI's CUDA hook unless told otherwise; on Lassen a
+# run that hands MPI no GPU buffer (NCCL only) or runs another MPI then fails with "CUDA Hook
+# Library: Failed to find symbol mem_find_dreg_entries". So every LSF job names one of:
+SPECTRUM_NO_GPU_ARGS = "-disable_gpu_hooks"  # Spectrum, no device buffers through MPI
+NOT_SPECTRUM_ARGS = "off"  # another MPI (MVAPICH2-GDR, MVAPICH-Plus, Open MPI, MPICH)
+# MVAPICH pins each rank to one core by default, whatever jsrun -c gives it, so torch's
+# threads, NCCL's proxy and the data loaders would share that core. MVAPICH2(-GDR) reads
+# MV2_ENABLE_AFFINITY; MVAPICH 3 / MVAPICH-Plus renamed its variables MVP_* (both are set
+# there: an assumption that costs nothing where the name is not read).
+AFFINITY_ENV = {
+    "mvapich2-gdr": {"MV2_ENABLE_AFFINITY": "0"},
+    "mvapich-plus": {"MV2_ENABLE_AFFINITY": "0", "MVP_ENABLE_AFFINITY": "0"},
+}
+
+
+def jsrun_smpiargs(cfg: Config) -> str:
+    """jsrun --smpiargs of every LSF job: -gpu for Spectrum runs that hand it device buffers,
+    -disable_gpu_hooks for other Spectrum runs, off for an MPI that is not Spectrum."""
+    if cfg.cluster.mpi_library != "spectrum":
+        return NOT_SPECTRUM_ARGS
+    return SPECTRUM_JSRUN_ARGS if mpi_carries_device_buffers(cfg) else SPECTRUM_NO_GPU_ARGS
+
+
+def mpi_affinity_environment(cfg: Config) -> dict[str, str]:
+    """MVAPICH's own core binding off, for every rank of every engine (launch/ranks.py)."""
+    return dict(AFFINITY_ENV.get(cfg.cluster.mpi_library, {}))

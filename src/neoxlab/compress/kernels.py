@@ -30,6 +30,8 @@ from types import ModuleType
 
 import torch
 
+from neoxlab.config.profile import TRITON_ARCHES
+
 CHOICES = ("auto", "torch", "triton", "nvrtc", "compile")
 # Triton's own floor for NVIDIA GPUs (its README: compute capability 7.0+); the ptxas it
 # ships raises it: CUDA 13 dropped Maxwell, Pascal and Volta (7.5 is the lowest it targets)
@@ -76,12 +78,12 @@ def decide(mode: str, facts: DeviceFacts) -> Choice:
         return Choice(mode, f"NEOXLAB_CODEC_KERNELS={mode}")
     if facts.device_type != "cuda":
         return Choice("torch", f"{facts.device_type} tensors")
-    cc = facts.capability or (0, 0)
-    sm = f"sm_{cc[0]}{cc[1]}"
+    cc = facts.capability
+    sm = f"sm_{cc[0]}{cc[1]}" if cc else "the device"
     if not facts.triton:
         why = f"Triton does not import ({facts.machine}"
-        why += ": no Triton wheel)" if facts.machine not in ("x86_64", "aarch64") else ")"
-    elif cc < facts.triton_min_capability:
+        why += ": no Triton wheel)" if facts.machine not in TRITON_ARCHES else ")"
+    elif cc is not None and cc < facts.triton_min_capability:
         lo = facts.triton_min_capability
         why = (f"{sm} is outside the installed Triton's range (compute capability >= "
                f"{lo[0]}.{lo[1]})")
@@ -90,6 +92,18 @@ def decide(mode: str, facts: DeviceFacts) -> Choice:
     if facts.nvrtc:
         return Choice("nvrtc", why)
     return Choice("torch", why + "; no libnvrtc for the NVRTC kernels")
+
+
+# a cluster's cluster.device as a compute capability, for deciding from its config
+DEVICE_CAPABILITY = {"v100": (7, 0), "a100": (8, 0), "h100": (9, 0), "h200": (9, 0)}
+
+
+def cluster_choice(device: str, arch: str, nvrtc: bool) -> Choice:
+    """What auto would pick on a cluster's GPUs, decided from its config (cluster.device,
+    cluster.arch; nvrtc: the profile prices an NVRTC path): planning and task=predict."""
+    return decide("auto", DeviceFacts("cuda", machine=arch,
+                                      capability=DEVICE_CAPABILITY.get(device),
+                                      triton=arch in TRITON_ARCHES, nvrtc=nvrtc))
 
 
 @cache

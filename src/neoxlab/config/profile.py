@@ -39,7 +39,8 @@ class LinkProfile:
 
 # Where the fused GPU codecs (Triton kernels) run: Triton publishes wheels for these CPU
 # architectures only; a GPU node of another (Lassen's POWER9, ppc64le) runs the codecs'
-# torch-ops path, about a hundred elementwise kernels per chunk.
+# CUDA C kernels compiled with NVRTC, or their torch-ops path, about a hundred elementwise
+# kernels per chunk (compress/kernels.py decides).
 TRITON_ARCHES = ("x86_64", "aarch64")
 FUSED_CODECS = ("zfp", "int8", "int4")
 
@@ -63,6 +64,10 @@ class CodecProfile:
     # (cluster.arch); null: the same as encode_gbs/decode_gbs
     torch_encode_gbs: float | None = None
     torch_decode_gbs: float | None = None
+    # GB/s of its fused CUDA C kernels compiled with NVRTC (compress/nvrtc_codecs.cu), which
+    # such a GPU runs instead where NVRTC is there; null: no NVRTC path priced
+    nvrtc_encode_gbs: float | None = None
+    nvrtc_decode_gbs: float | None = None
 
 
 @dataclass

@@ -29,8 +29,8 @@ def render(cfg: Config, run_dir: Path) -> str:
         cores_per_rs=str(cores_per_rs),
         gpus_per_rs=str(1 if c.gpus_per_node else 0),
         bind=f"packed:{cores_per_rs}",
-        # Spectrum MPI takes device pointers only with -gpu (runs with CUDA on MPI groups)
-        smpiargs=f" --smpiargs={args}" if (args := jsrun_smpiargs(cfg)) else "",
+        # every job names Spectrum's CUDA hook: -gpu, -disable_gpu_hooks or off (policy.py)
+        smpiargs=f" --smpiargs={jsrun_smpiargs(cfg)}",
         warn_minutes=str(max(1, math.ceil(cfg.launch.warn_before_s / 60))),  # -wt: minutes
         site_directives=jobscript.site_directives("#BSUB", [
             *([("-q", c.queue)] if c.queue else []),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from neoxlab.comm.policy import mpi_affinity_environment
 from neoxlab.config import Config
 from neoxlab.engines.registry import engine_of
 from neoxlab.tasks import TASKS
@@ -17,5 +18,6 @@ def rank_command(cfg: Config, run_dir: Path, python: str) -> list[str]:
 
 
 def rank_env(cfg: Config, run_dir: Path) -> dict[str, str]:
-    """Variables the ranks need on top of the site's environment."""
-    return engine_of(cfg).rank_env(cfg, run_dir)
+    """Variables the ranks need on top of the site's environment: the engine's, and what
+    the cluster's MPI library needs whatever the engine (MVAPICH's affinity off)."""
+    return {**engine_of(cfg).rank_env(cfg, run_dir), **mpi_affinity_environment(cfg)}

@@ -37,6 +37,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 from neoxlab import metrics
+from neoxlab.compress.kernels import cluster_choice
 from neoxlab.compress.quant import DEFAULT_BLOCK
 from neoxlab.config import Config, ConfigError
 from neoxlab.config.profile import (
@@ -45,7 +46,6 @@ from neoxlab.config.profile import (
     LinkProfile,
     MpiCompressionRules,
     PerfProfile,
-    torch_codecs_on,
 )
 from neoxlab.layout import Layout, padded_vocab_size, resolve_layout
 from neoxlab.perfmodel import costs, traffic
@@ -376,11 +376,24 @@ def refused_by(rules: MpiCompressionRules, msg: traffic.Message) -> str | None:
 
 def kernel_profile(cfg: Config, profile: CodecProfile, name: str, notes: list[str]
                    ) -> CodecProfile:
-    """The codec's throughput as the cluster runs it: its torch-ops path on a GPU without
-    Triton (cluster.arch, e.g. Lassen's ppc64le) when the profile gives one."""
+    """The codec's throughput as the cluster runs it, decided as the ranks decide
+    (compress/kernels.py) from cluster.device and cluster.arch: Triton's (the profile's
+    encode_gbs), else its NVRTC kernels when the profile prices them (assumed until
+    measured: the note says which), else its torch-ops path (e.g. Lassen's ppc64le)."""
     c = cfg.cluster
-    if name not in FUSED_CODECS or not torch_codecs_on(c.device, c.arch):
+    if name not in FUSED_CODECS or c.device == "cpu" or cfg.compression.backend == "mpi":
+        return profile  # backend=mpi: the MPI library's own GPU codecs, as profiled
+    kind = cluster_choice(c.device, c.arch, profile.nvrtc_encode_gbs is not None).kernels
+    if kind == "triton":
         return profile
+    if kind == "nvrtc":
+        enc = profile.nvrtc_encode_gbs or profile.encode_gbs
+        dec = profile.nvrtc_decode_gbs or enc
+        prov = c.profile.provenance if c.profile is not None else {}
+        how = prov.get(f"codecs.{name}.nvrtc_encode_gbs", "assumed: no source in the profile")
+        notes.append(f"{name}: no Triton on cluster.arch={c.arch}, priced at its NVRTC kernels "
+                     f"({enc:g}/{dec:g} GB/s encode/decode; {how})")
+        return dataclasses.replace(profile, encode_gbs=enc, decode_gbs=dec)
     enc = profile.torch_encode_gbs or profile.encode_gbs
     dec = profile.torch_decode_gbs or profile.decode_gbs
     notes.append(f"{name}: no Triton on cluster.arch={c.arch}, priced at its torch-ops path "

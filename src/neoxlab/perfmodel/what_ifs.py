@@ -40,22 +40,32 @@ def codec_speed(case: Case, gbs: float) -> Case:
     free (no per-call cost either)."""
     p = case.profile
     codecs = {name: dataclasses.replace(c, encode_gbs=gbs, decode_gbs=gbs, torch_encode_gbs=None,
-                                        torch_decode_gbs=None,
+                                        torch_decode_gbs=None, nvrtc_encode_gbs=None,
+                                        nvrtc_decode_gbs=None,
                                         call_us=0.0 if math.isinf(gbs) else c.call_us)
               for name, c in p.codecs.items()}
     return dataclasses.replace(case, profile=dataclasses.replace(p, codecs=codecs))
 
 
 def fused_kernels(profile: PerfProfile) -> PerfProfile:
-    """The profile with its codecs on fused GPU kernels: no torch-ops fallback priced (on
-    POWER9, the CUDA extension docs/gpus.md describes instead of Triton)."""
-    codecs = {name: dataclasses.replace(c, torch_encode_gbs=None, torch_decode_gbs=None)
+    """The profile with its codecs on fused GPU kernels at the profile's encode_gbs: neither
+    the NVRTC kernels' nor the torch-ops fallback's speed priced (Triton-class kernels)."""
+    codecs = {name: dataclasses.replace(c, torch_encode_gbs=None, torch_decode_gbs=None,
+                                        nvrtc_encode_gbs=None, nvrtc_decode_gbs=None)
               for name, c in profile.codecs.items()}
     return dataclasses.replace(profile, codecs=codecs)
 
 
 def fused(case: Case) -> Case:
     return dataclasses.replace(case, profile=fused_kernels(case.profile))
+
+
+def torch_ops(case: Case) -> Case:
+    """No NVRTC path on the cluster: a GPU without Triton runs the codecs' torch ops."""
+    p = case.profile
+    codecs = {name: dataclasses.replace(c, nvrtc_encode_gbs=None, nvrtc_decode_gbs=None)
+              for name, c in p.codecs.items()}
+    return dataclasses.replace(case, profile=dataclasses.replace(p, codecs=codecs))
 
 
 def efficiency(link: str) -> Callable[[Case, float], Case]:
@@ -142,11 +152,14 @@ def assumptions(profile: PerfProfile) -> list[Assumption]:
             Value("MVAPICH-Plus rules, all fp32", doc, library(all32)),
         ]),
         Assumption("codec kernels on the GPU", [
-            Value("as the cluster runs them (cluster.arch)",
-                  "assumed: torch-ops fallback where Triton has no wheel (ppc64le), its "
-                  "throughput derived, not measured", _same),
-            Value("fused kernels", "assumed: a CUDA extension built on the cluster "
-                  "(docs/gpus.md)", fused),
+            Value("as the cluster runs them (cluster.arch; ppc64le: NVRTC kernels)",
+                  mark("codecs.zfp.nvrtc_encode_gbs",
+                       "assumed: the profile's fused kernels (Triton where it has a wheel)"),
+                  _same),
+            Value("torch-ops path (no NVRTC there)", "assumed: derived from the kernel count, "
+                  "not measured (codecs.<name>.torch_encode_gbs)", torch_ops),
+            Value("fused kernels at the profile's GB/s", "assumed: Triton-class kernels "
+                  "(codecs.<name>.encode_gbs)", fused),
         ]),
         Assumption("codec GB/s (every codec)", [
             Value("as profiled: 100 (fused kernels)", mark("codecs.zfp", "assumed"), _same),
