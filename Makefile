@@ -10,7 +10,7 @@ OVERRIDES := $(filter-out EXP=% RUN=% PYTHON=% TESTS=%,$(MAKEOVERRIDES))
 TESTS ?= tests
 
 .PHONY: help install neox-env run resume status collect figures test lint bench omb-compare \
-  slurm-up slurm-down clean-venv nvrtc
+  slurm-up slurm-down clean-venv nvrtc test-oldest
 
 help: ## list targets and experiments
 	@echo "targets:"
@@ -73,6 +73,24 @@ build/nvrtc/%/.installed: | $(STAMP)
 	rm -rf build/nvrtc/$*
 	$(PY) -m pip install -q --no-deps --target build/nvrtc/$* $(if $(filter cu11,$*),$(NVRTC_CU11),$(NVRTC_CU12))
 	touch $@
+
+# neoxlab's own code on the oldest supported set (pyproject.toml [tool.neoxlab.oldest]: torch
+# 2.1.2, DeepSpeed 0.10.0, Python 3.11), in its own venv: the unit tests that need no
+# megatron-core. Run before each release; not in CI: torch 2.1.2 is a 670 MB wheel plus
+# ~2.5 GB of CUDA wheels (PyPI has no CPU-only build of it), docs/clusters.md.
+OLDEST_VENV := build/venv-oldest
+OLDEST_PIP := torch==2.1.2 deepspeed==0.10.0 "numpy<2" pandas==2.2.3 pyarrow==17.0.0 \
+  hydra-core==1.3.8 omegaconf==2.3.1 zfpy==1.0.1.post0 mpi4py==4.1.2 mpich==5.0.2 psutil==7.2.2 \
+  tqdm==4.70.1 pytest==9.2.0 pytest-timeout==2.4.0
+OLDEST_TESTS := tests/unit/test_compressors.py tests/unit/test_fixed_payloads.py \
+  tests/unit/test_zfp_torch.py tests/unit/test_nvrtc_codecs.py tests/unit/test_codec_kernel_choice.py \
+  tests/unit/test_mpi_group.py tests/unit/test_side_stream.py tests/unit/test_lassen_mpi_flags.py
+test-oldest: ## unit tests without megatron-core on the oldest torch/DeepSpeed/Python (build/venv-oldest)
+	test -x $(OLDEST_VENV)/bin/python || python3.11 -m venv $(OLDEST_VENV)
+	$(OLDEST_VENV)/bin/python -m pip install -q $(OLDEST_PIP)
+	PYTHONPATH=src $(OLDEST_VENV)/bin/python -c "import torch, deepspeed, sys; \
+	  print('oldest set:', sys.version.split()[0], 'torch', torch.__version__, 'deepspeed', deepspeed.__version__)"
+	PYTHONPATH=src $(OLDEST_VENV)/bin/python -m pytest -q -p no:cacheprovider $(OLDEST_TESTS)
 
 lint: $(STAMP) ## ruff
 	$(VENV)/bin/ruff check src tests bench studies analysis
