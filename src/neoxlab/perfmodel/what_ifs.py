@@ -162,7 +162,8 @@ def assumptions(profile: PerfProfile) -> list[Assumption]:
                   "(codecs.<name>.encode_gbs)", fused),
         ]),
         Assumption("codec GB/s (every codec)", [
-            Value("as profiled: 100 (fused kernels)", mark("codecs.zfp", "assumed"), _same),
+            Value("as profiled, on the kernels the cluster runs", mark("codecs.zfp", "assumed"),
+                  _same),
             *[Value(str(v), "assumed: a what-if", lambda c, v=v: codec_speed(c, v))
               for v in (300, 600)],
             Value("free", "assumed: the bound", lambda c: codec_speed(c, math.inf)),
