@@ -5,7 +5,8 @@ CI compiles the device source for sm_70 with NVRTC 11.8 (Lassen's CUDA) and for 
 with NVRTC 12.x. The library is found, in order, at NEOXLAB_NVRTC_LIB (a path to
 libnvrtc.so.*), in the pip wheels nvidia-cuda-nvrtc-cu12 / -cu11 (installed normally or
 with ``make nvrtc`` into build/nvrtc/cu11|cu12: both wheels use the same directory
-nvidia/cuda_nvrtc/lib, so the Makefile keeps them apart with ``pip --target``), under
+nvidia/cuda_nvrtc/lib, so the Makefile keeps them apart with ``pip --target``; CUDA 13's
+wheel uses nvidia/cu13/lib), under
 CUDA_HOME / CUDA_PATH (a site's CUDA module), then by the loader's search path.
 
 PTX, not cubin: the driver of any newer GPU JIT-compiles PTX of an older target, and an
@@ -20,7 +21,9 @@ from __future__ import annotations
 import ctypes
 import glob
 import hashlib
+import importlib.util
 import os
+import sys
 import tempfile
 from functools import cache
 from pathlib import Path
@@ -41,18 +44,24 @@ def cache_dir() -> Path:
     return Path(root)
 
 
+def torch_file() -> str | None:
+    spec = importlib.util.find_spec("torch")
+    return spec.origin if spec is not None else None
+
+
 def candidates() -> list[str]:
-    """Where libnvrtc may be, in the order they are tried (module doc)."""
+    """Where libnvrtc may be, in the order they are tried (module doc; also torch's
+    own lib directory, for builds that bundle it)."""
     found: list[str] = []
     if os.environ.get("NEOXLAB_NVRTC_LIB"):
         found.append(os.environ["NEOXLAB_NVRTC_LIB"])
-    try:
-        import nvidia.cuda_nvrtc as wheel  # type: ignore[import-not-found]
-
-        for base in list(getattr(wheel, "__path__", [])):
-            found += sorted(glob.glob(os.path.join(base, "lib", "libnvrtc.so.*")))
-    except ImportError:
-        pass
+    for root in sys.path:  # pip wheels: nvidia/cuda_nvrtc/lib (CUDA 11/12), nvidia/cu13/lib
+        if root and os.path.isdir(os.path.join(root, "nvidia")):
+            found += sorted(glob.glob(os.path.join(root, "nvidia", "*", "lib", "libnvrtc.so.*")),
+                            reverse=True)
+    torch_lib = os.path.join(os.path.dirname(torch_file()), "lib") if torch_file() else None
+    if torch_lib:  # builds that bundle their own libnvrtc
+        found += sorted(glob.glob(os.path.join(torch_lib, "libnvrtc*.so*")))
     for tag in ("cu12", "cu11"):
         found += sorted(glob.glob(str(_REPO / "build" / "nvrtc" / tag / "nvidia" / "cuda_nvrtc"
                                       / "lib" / "libnvrtc.so.*")))
