@@ -13,12 +13,12 @@ import pytest
 from neoxlab.commands.check import check
 from neoxlab.config import ConfigError
 from neoxlab.config.compose import compose_experiment
-from neoxlab.emulated import launch as emulated
-from neoxlab.emulated import slurm
-from neoxlab.emulated.config import EmulatedConfig
-from neoxlab.emulated.launch import RANK
-from neoxlab.emulated.topology import Topology
+from neoxlab.config.emulated import EmulatedConfig
 from neoxlab.launch.cluster_rules import validate_cluster
+from neoxlab.launch.emulated import launch as emulated
+from neoxlab.launch.emulated import slurm
+from neoxlab.launch.emulated.launch import RANK
+from neoxlab.launch.emulated.topology import Topology
 
 
 def topo(nodes: int = 2, ranks_per_node: int = 2) -> Topology:

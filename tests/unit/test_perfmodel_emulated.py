@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from neoxlab.config.profile import LinkProfile
-from neoxlab.emulated import model as em
 from neoxlab.layout import resolve_layout
+from neoxlab.perfmodel import emulated as em
 from neoxlab.perfmodel import predict
 from neoxlab.perfmodel.fit import BANDWIDTH_BENCHMARKS, fit_alpha_beta, steps_and_bytes
 from neoxlab.perfmodel.predict import _predict, codec_on_path, slowdowns

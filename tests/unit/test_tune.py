@@ -20,8 +20,8 @@ from neoxlab.compress import make_compressor
 from neoxlab.config import CompressionConfig, ConfigError
 from neoxlab.config.compose import compose_experiment
 from neoxlab.config.profile import CodecProfile, LinkProfile
-from neoxlab.emulated import model as em
 from neoxlab.layout import resolve_layout
+from neoxlab.perfmodel import emulated as em
 from neoxlab.perfmodel.predict import dim_seconds
 from neoxlab.perfmodel.resolve import resolve_profile
 from neoxlab.tune import guard, insitu, proxy

@@ -13,8 +13,8 @@ from neoxlab.commands.plan import plan_run
 from neoxlab.commands.status import report
 from neoxlab.config import Config, ConfigError
 from neoxlab.config.compose import compose_experiment, list_experiments
-from neoxlab.emulated.launch import preflight
 from neoxlab.engines.registry import engine_of
+from neoxlab.launch.emulated.launch import preflight
 from neoxlab.launch.manifest import record_job
 from neoxlab.launch.schedulers import scheduler_module
 from neoxlab.launch.slurm import local_slurm_refusal

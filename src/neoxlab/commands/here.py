@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from neoxlab.config import Config
-from neoxlab.emulated import launch as emulated
 from neoxlab.launch import local
+from neoxlab.launch.emulated import launch as emulated
 
 
 def run_here(cfg: Config, run_dir: Path) -> int:

@@ -14,8 +14,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
+from neoxlab.config.emulated import EmulatedConfig
 from neoxlab.config.profile import PerfProfile
-from neoxlab.emulated.config import EmulatedConfig
 
 
 class Dim(StrEnum):

@@ -16,8 +16,8 @@ from neoxlab.config import Config, ConfigError
 from neoxlab.engines.registry import engine_of
 from neoxlab.layout import Layout
 from neoxlab.omb import task as omb
-from neoxlab.perfmodel import task as predict
 from neoxlab.serve.rules import validate_serve
+from neoxlab.tasks import predict
 from neoxlab.tune import online as tune_online
 from neoxlab.tune import task as tune
 

@@ -18,9 +18,9 @@ from pathlib import Path
 from neoxlab.comm import capture
 from neoxlab.compress import make_compressor
 from neoxlab.config import Config, ConfigError
-from neoxlab.emulated.wire import accounted_between_nodes, payload_bytes
 from neoxlab.engines.registry import engine_of
 from neoxlab.layout import Layout, resolve_layout
+from neoxlab.perfmodel.wire import accounted_between_nodes, payload_bytes
 from neoxlab.results import figures
 from neoxlab.run import rundir
 from neoxlab.tune import guard, insitu, proxy

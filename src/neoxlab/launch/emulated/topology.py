@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from neoxlab.emulated.config import EmulatedConfig, LinkConfig
+from neoxlab.config.emulated import EmulatedConfig, LinkConfig
 
 RANK_IF = "eth0"  # the rank's only interface (GLOO_SOCKET_IFNAME)
 UPLINK_IF = "nic"  # the node's end of its uplink (its NIC)

@@ -18,9 +18,9 @@ import pandas as pd
 from neoxlab.config import Config
 from neoxlab.layout import resolve_layout
 from neoxlab.perfmodel import prediction_tables as report
-from neoxlab.perfmodel import sensitivity_report
 from neoxlab.perfmodel.predict import Prediction, predict
 from neoxlab.results import figures
+from neoxlab.results import sensitivity as sensitivity_report
 from neoxlab.results.tables import write_table
 from neoxlab.run import rundir
 from neoxlab.tune import insitu

@@ -4,8 +4,8 @@ across the emulated nodes, record what the uplinks carried, tear down.
 Two ways to start the ranks (cluster.launcher):
 - srun: a real multi-node Slurm on the emulated nodes (netem.slurm: one slurmd per node
   namespace under a controller of its own); srun places the ranks on the nodes, and each
-  enters its own namespace from its node's (src/neoxlab/emulated/netns_rank.sh).
-- mpiexec: MPICH's hydra, whose ssh launcher is src/neoxlab/emulated/netns_proxy.sh: one proxy per
+  enters its own namespace from its node's (netns_rank.sh beside this file).
+- mpiexec: MPICH's hydra, whose ssh launcher is netns_proxy.sh beside this file: one proxy per
   emulated node on this machine, whose ranks enter their namespaces the same way.
 Gloo then talks over the ranks' `eth0` (GLOO_SOCKET_IFNAME) and rank 0's emulated address, so
 every byte between nodes crosses the shaped uplinks.
@@ -17,9 +17,9 @@ import contextlib
 from pathlib import Path
 
 from neoxlab.config import Config, ConfigError
-from neoxlab.emulated import cluster, slurm
-from neoxlab.emulated.topology import RANK_IF, Topology, problems
 from neoxlab.launch import local, pmi_relay, shm
+from neoxlab.launch.emulated import cluster, slurm
+from neoxlab.launch.emulated.topology import RANK_IF, Topology, problems
 from neoxlab.launch.failure import STARTUP_FAILED
 from neoxlab.layout import world_size
 from neoxlab.run import rundir

@@ -324,7 +324,7 @@ def emulated_profile(base: PerfProfile, links: UplinkModel, rate_mbit: float | N
     intra = dataclasses.replace(links.uplink(None, sharing, nodes), fitted_under_load=True)
     return dataclasses.replace(base, intra=intra, inter=inter, codecs=codecs or base.codecs,
                                calibration=None, source="local profile + emulated uplinks "
-                               "fitted by neoxlab.emulated.model")
+                               "fitted by neoxlab.perfmodel.emulated")
 
 
 def sweep_config(scheme: str, rate: str, layout_overrides: list[str], model: str) -> Config:
