@@ -20,8 +20,9 @@ MPI_LIBRARIES = ("mpich", "openmpi", "spectrum", "mvapich2-gdr", "mvapich-plus")
 COMPRESSING_LIBRARIES = ("mvapich-plus",)  # MPIR_CVAR_ENABLE_COMPRESSION & co.
 
 
-def validate_compression(cfg: Config) -> list[str]:
-    """Every problem of the scheme, each naming the value, the rule and the fix."""
+def validate_compression(cfg: Config, trains: bool) -> list[str]:
+    """Every problem of the scheme, each naming the value, the rule and the fix; `trains`: the
+    task's record says its ranks train (compression=auto needs a training run)."""
     c = cfg.compression
     errors: list[str] = []
     if c.backend not in BACKENDS:
@@ -79,7 +80,7 @@ def validate_compression(cfg: Config) -> list[str]:
         errors += _validate_mpi(cfg)
     errors += _reduce_to_owner_on_nccl(cfg)
     if c.scheme == "auto":
-        errors += _validate_auto(cfg)
+        errors += _validate_auto(cfg, trains)
     return errors
 
 
@@ -87,12 +88,12 @@ AUTO_STARTS = ("tuned", "model", "given")
 AUTO_REFERENCES = ("profile", "measured")
 
 
-def _validate_auto(cfg: Config) -> list[str]:
+def _validate_auto(cfg: Config, trains: bool) -> list[str]:
     """compression=auto: a training run whose patch compresses (it switches the patch's
     codecs) and re-check settings that can run."""
     c, a = cfg.compression, cfg.compression.auto
     errors = []
-    if cfg.task.name != "train":
+    if not trains:
         errors.append(f"compression=auto with task={cfg.task.name}: it re-checks a training "
                       "run's links while it trains; use task=train, or a fixed scheme here "
                       "(task=tune writes one: configs/compression/tuned_<exp>.yaml)")

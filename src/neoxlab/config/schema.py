@@ -134,7 +134,7 @@ class CompressionConfig:
 @dataclass
 class ClusterConfig:
     name: str = "local"
-    scheduler: str = "local"  # local | lsf | slurm
+    scheduler: str = "local"  # a record of launch/schedulers.py: local, emulated, lsf, slurm
     nodes: int = 1
     # the machine's size: more cluster.nodes are refused (launch.rules); null: not known
     max_nodes: int | None = None

@@ -25,7 +25,7 @@ from neoxlab.results.tables import write_table
 from neoxlab.run import rundir
 from neoxlab.tune import insitu
 
-PREDICTIONS_DIR = "predictions"  # under launch.results_dir; `make collect` skips it
+PREDICTIONS_DIR = "predictions"  # under launch.results_dir: the task record's output_dir
 
 
 def run_predict(cfg: Config, configs: list[Config], argv: list[str]) -> int:

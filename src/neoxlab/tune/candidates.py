@@ -190,7 +190,7 @@ def scheme_errors(cfg: Config, scheme: Scheme) -> list[str]:
     """The compression rules on the scheme applied to cfg (empty: it can run)."""
     if not scheme.consistent():
         return [f"{scheme.label}: its dimensions ask for different compression.allreduce"]
-    return validate_compression(apply(cfg, scheme))
+    return validate_compression(apply(cfg, scheme), trains=True)  # the runs tune starts train
 
 
 def overrides(cfg: Config, scheme: Scheme) -> list[str]:

@@ -38,7 +38,7 @@ from neoxlab.tune.probe import Budget, Run, Runner, estimate_s
 from neoxlab.tune.ranked import export_ranked, uplink_bytes
 from neoxlab.tune.report import Outcome, table, write_config, write_tables
 
-TUNE_DIR = "tune"  # under launch.results_dir; `make collect` skips it
+TUNE_DIR = "tune"  # under launch.results_dir (the task record's output_dir): not an experiment
 OWN_KEYS = ("experiment=", "task=", "launch.results_dir=", "launch.submit=")
 
 

@@ -57,7 +57,7 @@ class Topology:
 
     @property
     def ctl_ns(self) -> str:
-        """The Slurm controller's namespace on the switch (netem.slurm only)."""
+        """The Slurm controller's namespace on the switch (slurm.py only)."""
         return f"{self.prefix}-ctl"
 
     def node_ns(self, node: int) -> str:
