@@ -51,7 +51,7 @@ from neoxlab.launch.local import mpiexec_path
 from neoxlab.layout import resolve_layout
 from neoxlab.perfmodel.codec_timing import measure_codec
 from neoxlab.perfmodel.fit import fit_alpha_beta, nonnegative_lstsq
-from neoxlab.perfmodel.predict import _predict
+from neoxlab.perfmodel.predict import predict_with
 from neoxlab.perfmodel.stretch import Sampler, during_steps
 from neoxlab.run import rundir
 from neoxlab.tune import insitu
@@ -112,7 +112,7 @@ def _with(profile: PerfProfile, values: dict[str, float]) -> PerfProfile:
 
 
 def _branches(cfg: Config, profile: PerfProfile, external: float | None) -> tuple[float, float]:
-    pred = _predict(cfg, resolve_layout(cfg), profile, "calibration", external)
+    pred = predict_with(cfg, resolve_layout(cfg), profile, "calibration", external)
     return pred.critical_s, pred.throughput_s
 
 

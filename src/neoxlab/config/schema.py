@@ -383,7 +383,8 @@ class ConfigError(ValueError):
 
 
 RENAMED_KEYS = {"serve.engines": "serve.policies"}  # old key -> its new name
-# old key -> why it went: switches whose runs were slower or no faster (README, Flover)
+# old key -> why it went: switches whose runs were slower or no faster (measured when they
+# were removed, commit 13070af; docs/serving.md names them)
 REMOVED_KEYS = {
     "serve.compile_decode": "decode steps on torch.compile's graphs were slower on the CPU "
                             "(fused at 8 layers, hidden 512: 600-718 against 946-1078 tok/s)",
@@ -415,7 +416,7 @@ def to_structured(raw: DictConfig | dict) -> Config:
             raise old from None
         raise ConfigError(
             f"unknown config key '{key}': every key must be a field of the schema in "
-            f"neoxlab/config.py; fix the spelling or remove it"
+            f"neoxlab/config/schema.py; fix the spelling or remove it"
         ) from None
     except ValidationError as exc:
         key = getattr(exc, "full_key", "?")

@@ -113,7 +113,7 @@ def predict(cfg: Config, profile: PerfProfile | None = None, origin: str = "",
     if profile is None:
         resolved = resolve_profile(cfg)
         profile, origin = resolved.profile, resolved.origin
-    return _predict(cfg, layout, profile, origin, external, dtypes)
+    return predict_with(cfg, layout, profile, origin, external, dtypes)
 
 
 def slowdowns(cfg: Config, layout: Layout, profile: PerfProfile, external: float | None,
@@ -157,9 +157,11 @@ def sharing_ranks(cfg: Config, layout: Layout) -> int:
     return max(min(cfg.cluster.ranks_per_node, layout.world_size), 1)
 
 
-def _predict(cfg: Config, layout: Layout, p: PerfProfile, origin: str,
-             external: float | None = None, dtypes: Mapping[str, str] | None = None
-             ) -> Prediction:
+def predict_with(cfg: Config, layout: Layout, p: PerfProfile, origin: str,
+                 external: float | None = None, dtypes: Mapping[str, str] | None = None
+                 ) -> Prediction:
+    """One step of a checked layout on a given profile (predict() resolves both first);
+    for callers that price many configs on one profile (calibration, the emulated model)."""
     m, pp = layout.grad_accum, layout.pp
     shape = traffic.stage_shape(cfg, layout)
     vocab = padded_vocab_size(cfg.model, layout.tp)
