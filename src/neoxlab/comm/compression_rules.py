@@ -7,8 +7,9 @@ import torch
 
 from neoxlab.comm.policy import GROUP_OF, communication_dtype
 from neoxlab.compress import CompressionConfigError, available, make_compressor
+from neoxlab.compress.registry import fused_codecs
 from neoxlab.config import COMPRESSIBLE_DIMS, Config
-from neoxlab.config.profile import FUSED_CODECS, torch_codecs_on
+from neoxlab.config.profile import torch_codecs_on
 
 DIMS = COMPRESSIBLE_DIMS  # "other" (control traffic) is never compressed
 BACKENDS = ("framework", "mpi")
@@ -223,7 +224,7 @@ def codec_kernel_warning(cfg: Config) -> str | None:
     """A GPU cluster without Triton (cluster.arch, e.g. Lassen's ppc64le) runs the framework
     codecs' torch-ops path: said at planning, with the throughput the profile expects."""
     c = cfg.compression
-    used = sorted({d.compressor for d in c.dims.values() if d.compressor in FUSED_CODECS})
+    used = sorted({d.compressor for d in c.dims.values() if d.compressor in fused_codecs()})
     if not (c.patch and c.backend == "framework" and used
             and torch_codecs_on(cfg.cluster.device, cfg.cluster.arch)):
         return None

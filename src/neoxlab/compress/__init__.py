@@ -12,18 +12,14 @@
 
 Families: none/fp16/bf16 (casts), int8/int4 (blockwise quantization), topk, zfp (ZFP
 fixed rate in torch, bit-identical to zfpy; ``zfp:impl=zfpy`` runs the ZFP library),
-mpc (lossless). See base.py for the wire format.
+mpc (lossless). The interface and each codec's stated facts: base.py; the wire header:
+wire.py; codecs by name: registry.py.
 """
 
 from neoxlab.compress import casts, mpc, quant, topk, zfp  # noqa: F401  (registration)
-from neoxlab.compress.base import (
-    CompressionConfigError,
-    Compressor,
-    CompressorStats,
-    WireFormatError,
-    encoded_nbytes,
-)
+from neoxlab.compress.base import CompressionConfigError, Compressor, CompressorStats
 from neoxlab.compress.registry import available, decode_any, make_compressor, parse_spec
+from neoxlab.compress.wire import WireFormatError, encoded_nbytes
 
 __all__ = [
     "CompressionConfigError",
