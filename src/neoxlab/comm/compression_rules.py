@@ -58,7 +58,7 @@ def validate_compression(cfg: Config) -> list[str]:
                 "lossless_only; use a lossless compressor (mpc, none) or drop lossless_only"
             )
         # the paper's named schemes keep their published rates (ZHybrid's rate 24 on fp16
-        # TP/PP is sent raw, skipped before encoding and counted); a custom one is refused
+        # TP/PP goes through the plain collectives, accounted as raw); a custom one is refused
         half = _HALF.get(cfg.train.precision)
         if (c.scheme == "custom" and half is not None and dim in ("tp", "pp")
                 and comp.name != "none" and comp.shrinks(half) is False):
