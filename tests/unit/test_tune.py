@@ -33,6 +33,7 @@ from neoxlab.tune.candidates import (
     enumerate_candidates,
     overrides,
     scheme_errors,
+    tune_codecs,
 )
 from neoxlab.tune.choose import Scored, combine, eligible, score_candidates
 from neoxlab.tune.probe import Run
@@ -53,7 +54,7 @@ def test_every_codec_on_every_dimension_with_traffic_and_never_control():
     cfg = local()
     cands, excluded = enumerate_candidates(cfg, resolve_layout(cfg))
     by_dim = {d: {c.codec for c in cands if c.dim == d} for d in ("tp", "pp", "dp", "zero")}
-    assert by_dim["tp"] == by_dim["dp"] == by_dim["zero"] == set(cfg.tune.codecs)
+    assert by_dim["tp"] == by_dim["dp"] == by_dim["zero"] == set(tune_codecs(cfg))
     assert by_dim["pp"] == set()  # pp=1: nothing to compress, and the report says why
     reasons = {e.dim: e.reason for e in excluded}
     assert "pp=1" in reasons["pp"] and "never compressed" in reasons["other"]

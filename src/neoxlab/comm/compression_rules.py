@@ -7,8 +7,9 @@ import torch
 
 from neoxlab.comm.policy import GROUP_OF, communication_dtype
 from neoxlab.compress import CompressionConfigError, available, make_compressor
+from neoxlab.compress.registry import fused_codecs
 from neoxlab.config import COMPRESSIBLE_DIMS, Config
-from neoxlab.config.profile import FUSED_CODECS, torch_codecs_on
+from neoxlab.config.profile import torch_codecs_on
 
 DIMS = COMPRESSIBLE_DIMS  # "other" (control traffic) is never compressed
 BACKENDS = ("framework", "mpi")
@@ -58,7 +59,7 @@ def validate_compression(cfg: Config, trains: bool) -> list[str]:
                 "lossless_only; use a lossless compressor (mpc, none) or drop lossless_only"
             )
         # the paper's named schemes keep their published rates (ZHybrid's rate 24 on fp16
-        # TP/PP is sent raw, skipped before encoding and counted); a custom one is refused
+        # TP/PP goes through the plain collectives, accounted as raw); a custom one is refused
         half = _HALF.get(cfg.train.precision)
         if (c.scheme == "custom" and half is not None and dim in ("tp", "pp")
                 and comp.name != "none" and comp.shrinks(half) is False):
@@ -224,7 +225,7 @@ def codec_kernel_warning(cfg: Config) -> str | None:
     """A GPU cluster without Triton (cluster.arch, e.g. Lassen's ppc64le) runs the framework
     codecs' torch-ops path: said at planning, with the throughput the profile expects."""
     c = cfg.compression
-    used = sorted({d.compressor for d in c.dims.values() if d.compressor in FUSED_CODECS})
+    used = sorted({d.compressor for d in c.dims.values() if d.compressor in fused_codecs()})
     if not (c.patch and c.backend == "framework" and used
             and torch_codecs_on(cfg.cluster.device, cfg.cluster.arch)):
         return None

@@ -301,11 +301,6 @@ class ServeConfig:
     native_attention: bool = True
 
 
-# codecs task=tune tries on every compressible dimension, as compressor specs
-TUNE_CODECS = ("none", "zfp:rate=4", "zfp:rate=6", "zfp:rate=8", "zfp:rate=12", "zfp:rate=16",
-               "zfp:rate=24", "mpc", "fp16", "bf16", "int8", "int4")
-
-
 @dataclass
 class TuneConfig:
     """task=tune: which compression per parallel dimension, chosen by the performance model
@@ -313,7 +308,10 @@ class TuneConfig:
     own (train.steps steps with the chosen scheme)."""
 
     dims: list[str] = field(default_factory=lambda: ["tp", "pp", "dp", "zero"])
-    codecs: list[str] = field(default_factory=lambda: list(TUNE_CODECS))
+    # compressor specs tried on every compressible dimension; empty: every registered
+    # codec's own tuner candidates (compress.registry.tune_candidates), so a new codec is
+    # tried without a config change
+    codecs: list[str] = field(default_factory=list)
     allreduce: list[str] = field(default_factory=lambda: ["auto", "alltoall", "allgather"])
     reduce_to_owner: list[bool] = field(default_factory=lambda: [False, True])
     error_feedback: list[bool] = field(default_factory=lambda: [False, True])

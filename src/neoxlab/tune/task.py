@@ -30,6 +30,7 @@ from neoxlab.tune.candidates import (
     dim_dtype,
     enumerate_candidates,
     overrides,
+    tune_codecs,
     without_scheme,
 )
 from neoxlab.tune.choose import Scored, combine, predict_fixed, score_candidates
@@ -52,7 +53,7 @@ def rules(cfg: Config, world: int) -> list[str]:
     if unknown:
         errors.append(f"tune.dims has {unknown}; compressible dimensions are tp, pp, dp, zero "
                       "(control traffic is never compressed)")
-    for spec in t.codecs:
+    for spec in tune_codecs(cfg):
         try:
             make_compressor(spec)
         except ValueError as exc:
@@ -152,7 +153,8 @@ def tune(cfg: Config, layout: Layout, run_dir: Path, user: list[str]) -> Outcome
     clock = time.perf_counter()
     measure = t.measure
     runner = Runner(cfg.experiment, user, run_dir, t.run_timeout_s)
-    found = insitu.resolve(cfg, measure=measure or insitu.runs_here(cfg), specs=t.codecs)
+    found = insitu.resolve(cfg, measure=measure or insitu.runs_here(cfg),
+                           specs=tune_codecs(cfg))
     if insitu.needs_intra_check(cfg, layout, found):
         found = _intra_check(cfg, layout, runner, found)
     insitu.write_into(run_dir, found)
@@ -217,7 +219,7 @@ def _intra_check(cfg: Config, layout: Layout, runner: Runner, found: insitu.InSi
     if run.error or run.run_dir is None:
         raise RuntimeError(f"the tuner's intra-node link run failed: {run.error or 'no run dir'}")
     insitu.record_intra_check(cfg, layout, found, run.run_dir)
-    return insitu.resolve(cfg, measure=True, specs=cfg.tune.codecs)
+    return insitu.resolve(cfg, measure=True, specs=tune_codecs(cfg))
 
 
 def _lap(clock: float) -> tuple[float, float]:
