@@ -4,6 +4,8 @@ rule and the fix. `validate_serve` returns them (layout.validate collects every 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from neoxlab.config import Config, ConfigError
 from neoxlab.serve.policies import HF_POLICIES, POLICIES
 from neoxlab.serve.run_weights import validate_run_weights
@@ -81,8 +83,6 @@ def validate_serve(cfg: Config) -> list[str]:
     elif s.weights.startswith("run:"):
         errors += validate_run_weights(s.weights, m)
     elif s.weights.startswith("hf:"):
-        from pathlib import Path
-
         path = Path(s.weights.removeprefix("hf:"))
         if not (path / "config.json").exists():
             errors.append(f"serve.weights: {path} has no config.json; give a directory written "
