@@ -5,6 +5,7 @@ rule and the fix. `validate_serve` returns them (layout.validate collects every 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from neoxlab.config import Config, ConfigError
 from neoxlab.serve.policies import HF_POLICIES, POLICIES
@@ -82,8 +83,6 @@ def validate_serve(cfg: Config, trains: Callable[[str], bool] | None = None) -> 
     elif s.weights.startswith("run:"):
         errors += validate_run_weights(s.weights, m, trains)
     elif s.weights.startswith("hf:"):
-        from pathlib import Path
-
         path = Path(s.weights.removeprefix("hf:"))
         if not (path / "config.json").exists():
             errors.append(f"serve.weights: {path} has no config.json; give a directory written "
