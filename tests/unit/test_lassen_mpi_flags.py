@@ -17,6 +17,7 @@ from neoxlab.commands.check import check
 from neoxlab.commands.plan import plan_run
 from neoxlab.config.compose import compose_experiment
 from neoxlab.launch import lsf
+from neoxlab.tasks import TASKS
 
 JSRUN = "run_ranks jsrun -n 192 -r 4 -a 1 -c 10 -g 1 -b packed:10 -d packed --smpiargs={} \\"
 ON_MPI = ["+engine.group_backends.dp=mpi"]  # DP's gradients handed to MPI as CUDA tensors
@@ -38,7 +39,8 @@ CASES = [  # (mpi_library, the run hands MPI GPU buffers, smpiargs, exports pres
 
 def script(tmp_path, overrides: list[str]) -> list[str]:
     cfg = compose_experiment("baseline_192gpu", [*overrides, "launch.submit=false"])
-    return lsf.render(cfg, plan_run(cfg, check(cfg), root=tmp_path)).splitlines()
+    return lsf.render(cfg, plan_run(cfg, check(cfg), root=tmp_path),
+                      TASKS[cfg.task.name].program).splitlines()
 
 
 @pytest.mark.parametrize(("library", "on_mpi", "smpiargs", "present", "absent"), CASES,

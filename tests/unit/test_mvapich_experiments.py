@@ -13,6 +13,7 @@ from neoxlab.config.compose import compose_experiment
 from neoxlab.launch import lsf
 from neoxlab.perfmodel import prediction_tables
 from neoxlab.perfmodel.predict import predict
+from neoxlab.tasks import TASKS
 
 MVAPICH_LINES = [
     "run_ranks jsrun -n 192 -r 4 -a 1 -c 10 -g 1 -b packed:10 -d packed --smpiargs=off \\",
@@ -31,7 +32,8 @@ def test_mvapich_fp32_experiments_render_lassen_jobs(tmp_path, experiment, on_mp
     assert cfg.compression.backend == "mpi" and cfg.cluster.mpi_library == "mvapich-plus"
     assert cfg.compression.communication_dtype == "fp32"  # MVAPICH compresses FLOAT only
     assert sorted(b for b, v in cfg.engine.group_backends.items() if v == "mpi") == on_mpi
-    lines = lsf.render(cfg, plan_run(cfg, check(cfg), root=tmp_path)).splitlines()
+    lines = lsf.render(cfg, plan_run(cfg, check(cfg), root=tmp_path),
+                      TASKS[cfg.task.name].program).splitlines()
     for line in MVAPICH_LINES:
         assert line in lines, line
 
