@@ -158,6 +158,8 @@ class ThreadWorld:
         world = self
 
         class Member:
+            device = torch.device("cpu")
+
             def all_reduce(self, tensor):
                 world.slots[rank] = tensor.clone()
                 world.barrier.wait()
