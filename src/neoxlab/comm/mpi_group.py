@@ -377,15 +377,14 @@ def _displs(counts: list[int]) -> list[int]:
 
 def _mpi_view(tensor: torch.Tensor):
     """A buffer-protocol object over the tensor's memory that MPI can type: numpy for host
-    dtypes numpy knows, the raw bits for bf16 (only moved, never reduced, here), the CUDA
-    array interface for device tensors (which a tensor that requires grad refuses, hence
-    detached)."""
+    dtypes numpy knows, the CUDA array interface for device tensors (which a tensor that
+    requires grad refuses, hence detached). fp16 and bf16 go as their raw 16-bit integers:
+    here they are only moved, never reduced (reductions travel as fp32, see _buffer), and
+    Spectrum MPI / Open MPI 4 and MVAPICH2 2.3 have no half type that mpi4py could map."""
     tensor = tensor.detach()
-    if tensor.device.type == "cuda":
-        return tensor if tensor.dtype != torch.bfloat16 else tensor.view(torch.int16)
-    if tensor.dtype == torch.bfloat16:
-        return tensor.view(torch.int16).numpy()
-    return tensor.numpy()
+    if tensor.dtype in _HALF:
+        tensor = tensor.view(torch.int16)
+    return tensor if tensor.device.type == "cuda" else tensor.numpy()
 
 
 def create(options, backend_options=None) -> MpiProcessGroup:
