@@ -147,6 +147,11 @@ class Zfp(Compressor):
         _, nblocks, rest = layout(numel)
         return 2 * self.rate * nblocks + rest * dtype.itemsize
 
+    def fixed_regions(self, dtype: torch.dtype) -> tuple[int, tuple[int, ...]]:
+        """The payload's layout (comm/payload.py): blocks of 16 values in input order, 2 *
+        rate bytes each (values past the last whole block: none when numel is a multiple)."""
+        return _BLOCK, (2 * self.rate,)
+
     def _encode_fixed(self, flat: torch.Tensor, out: torch.Tensor) -> None:
         n4, nblocks, rest = layout(flat.numel())
         stream_nbytes = 2 * self.rate * nblocks

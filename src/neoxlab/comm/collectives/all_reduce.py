@@ -84,12 +84,12 @@ def _owned_sum(raw, codec: ChunkCodec, chunks: Chunks, group, n: int, cost: Cost
     Peers' payloads are decoded and summed in fp32 in rank order (a deterministic sum)."""
     device, dtype = chunks.flat.device, chunks.flat.dtype
     own, peers = plan if plan is not None else (None, None)
-    payloads, send = encode_chunks(codec, n, chunks.load, cost, own)
+    payloads, send = encode_chunks(codec, n, chunks.load, cost, own, whole=chunks.load_all)
     received = exchange(raw, payloads, send, codec, group, cost, peers)
     scratch = torch.empty(chunks.length, dtype=dtype, device=device)
     total = torch.zeros(chunks.length, dtype=torch.float32, device=device)
     with Timed(cost, "decompress_s", device):
-        sum_decoded(codec, received, scratch, total)
+        sum_decoded(codec, received, scratch, total, rows=True)
     del received, scratch
     if out is not None:
         return payloads, send, out.copy_(total)
@@ -98,9 +98,13 @@ def _owned_sum(raw, codec: ChunkCodec, chunks: Chunks, group, n: int, cost: Cost
 
 def _store_gathered(codec: ChunkCodec, chunks: Chunks, gathered: list[torch.Tensor],
                     cost: Cost) -> None:
-    """Decode every owner's payload into its chunk of the segment."""
-    scratch = torch.empty(chunks.length, dtype=chunks.flat.dtype, device=chunks.flat.device)
+    """Decode every owner's payload into its chunk of the segment (one codec call where
+    the codec allows, Chunks.store_rows)."""
     with Timed(cost, "decompress_s", chunks.flat.device):
+        if chunks.store_rows(codec, gathered):
+            return
+        scratch = torch.empty(chunks.length, dtype=chunks.flat.dtype,
+                              device=chunks.flat.device)
         for i, payload in enumerate(gathered):
             chunks.store(i, lambda out, p=payload: codec.decode(p, out), scratch)
 

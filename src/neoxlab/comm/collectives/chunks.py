@@ -8,7 +8,7 @@ from collections.abc import Callable
 import torch
 
 from neoxlab.comm.collectives.cost import Cost, Timed
-from neoxlab.comm.payload import ChunkCodec
+from neoxlab.comm.payload import ChunkCodec, joined
 from neoxlab.comm_scratch import SEGMENT_BYTES, segment_bytes_for
 
 # Whole-message collectives go in segments too (as all-reduce), so that their payloads and
@@ -66,6 +66,33 @@ class Chunks:
             buf[: hi - lo] += self.residual[lo:hi]
         return buf
 
+    def load_all(self) -> torch.Tensor:
+        """The n chunks end to end (n * length values): the segment itself when it fills
+        them and has no residual, else one padded copy (plus the residual), a segment of
+        scratch (comm_scratch counts one of input plus residual)."""
+        numel, total = self.flat.numel(), self.n * self.length
+        if self.residual is None and numel == total:
+            return self.flat
+        buf = torch.zeros(total, dtype=self.flat.dtype, device=self.flat.device)
+        buf[:numel] = self.flat
+        if self.residual is not None:
+            buf[:numel] += self.residual
+        return buf
+
+    def store_rows(self, codec: ChunkCodec, payloads: list[torch.Tensor]) -> bool:
+        """Decode the n chunks' payloads into the segment with one codec call, when they lie
+        end to end and the codec decodes them as one (ChunkCodec.rows); False otherwise."""
+        whole = joined(payloads)
+        if whole is None or len(payloads) != self.n or not codec.rows(self.n):
+            return False
+        numel, total = self.flat.numel(), self.n * self.length
+        if numel == total:
+            codec.decode_rows(whole, self.flat)
+        else:  # the last chunk is padded: through a segment of scratch
+            scratch = torch.empty(total, dtype=self.flat.dtype, device=self.flat.device)
+            self.flat.copy_(codec.decode_rows(whole, scratch)[:numel])
+        return True
+
     def store(self, i: int, decode: Callable[[torch.Tensor], torch.Tensor],
               scratch: torch.Tensor) -> None:
         """Write chunk i from a decoder (straight into place when the chunk is full)."""
@@ -93,6 +120,8 @@ def settle_residual(chunks: Chunks, codec: ChunkCodec, sent: list[torch.Tensor],
     `finite`: that check made already by the caller (results are then not decoded)."""
     device = scratch.device
     with Timed(cost, "decompress_s", device):
+        if _settle_rows(chunks, codec, sent, results, finite):
+            return
         if finite is None:
             finite = torch.ones((), dtype=torch.bool, device=device)
             for payload in results:
@@ -105,3 +134,29 @@ def settle_residual(chunks: Chunks, codec: ChunkCodec, sent: list[torch.Tensor],
             meant -= codec.decode(payload, scratch)
             old = chunks.residual[lo:hi]
             torch.where(finite, meant[: hi - lo], old, out=old)  # in place: no third copy
+
+
+def _settle_rows(chunks: Chunks, codec: ChunkCodec, sent: list[torch.Tensor],
+                 results: list[torch.Tensor], finite: torch.Tensor | None) -> bool:
+    """settle_residual with one decode call for all n sent payloads (and one for the
+    results), when they lie end to end and the codec decodes them as one (ChunkCodec.rows);
+    two segments of scratch. False: not possible, nothing done."""
+    whole = joined(sent)
+    if whole is None or len(sent) != chunks.n or not codec.rows(chunks.n):
+        return False
+    flat = chunks.flat
+    scratch = torch.empty(chunks.n * chunks.length, dtype=flat.dtype, device=flat.device)
+    if finite is None:
+        finite = torch.ones((), dtype=torch.bool, device=flat.device)
+        got = joined(results)
+        if got is not None and len(results) == chunks.n:
+            finite &= all_finite(codec.decode_rows(got, scratch))
+        else:
+            for payload in results:
+                finite &= all_finite(codec.decode(payload, scratch[: chunks.length]))
+    meant = chunks.load_all()  # a fresh buffer (a residual is set): x + residual
+    meant -= codec.decode_rows(whole, scratch)
+    del scratch
+    old = chunks.residual
+    torch.where(finite, meant[: flat.numel()], old, out=old)  # in place: no third copy
+    return True

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import torch
 
 from neoxlab.comm.collectives.cost import Cost, Timed
-from neoxlab.comm.payload import ChunkCodec
+from neoxlab.comm.payload import ChunkCodec, joined
 
 U8 = torch.uint8
 
@@ -98,26 +98,35 @@ def gather(raw, payload: torch.Tensor, codec: ChunkCodec, group, n: int,
 
 
 def encode_chunks(codec: ChunkCodec, count: int, load: Callable[[int], torch.Tensor],
-                  cost: Cost, sizes: list[int] | None = None
+                  cost: Cost, sizes: list[int] | None = None,
+                  whole: Callable[[], torch.Tensor] | None = None
                   ) -> tuple[list[torch.Tensor], torch.Tensor | None]:
-    """Payloads of `count` equal-length chunks, loaded one at a time (so at most one chunk
-    of scratch lives at once): slots of one buffer when fixed, else a list of payloads of
-    the given sizes (read on the host from ChunkCodec.sizes)."""
+    """Payloads of `count` equal-length chunks: slots of one buffer when fixed, else a list
+    of payloads of the given sizes (read on the host from ChunkCodec.sizes). Timed as one
+    block, not per chunk. `whole()`: the chunks end to end, encoded with one codec call where
+    the codec allows (ChunkCodec.rows); otherwise chunks are loaded one at a time (so at
+    most one chunk of scratch lives at once)."""
+    if codec.fixed is not None and whole is not None and codec.rows(count):
+        x = whole()
+        send = torch.empty(count * codec.fixed, dtype=U8, device=x.device)
+        with Timed(cost, "compress_s", x.device):
+            codec.encode_rows(x, send)
+        return list(send.split(codec.fixed)), send
+    first = load(0)
+    device = first.device
     if codec.fixed is None:
         assert sizes is not None and len(sizes) == count, "variable payloads need sizes"
         payloads = []
-        for i in range(count):
-            x = load(i)
-            with Timed(cost, "compress_s", x.device):
+        with Timed(cost, "compress_s", device):
+            for i in range(count):
+                x, first = (first if i == 0 else load(i)), None
                 payloads.append(codec.encode_sized(x, sizes[i]))
         return payloads, None
-    send = None
+    send = torch.empty(count * codec.fixed, dtype=U8, device=device)
     payloads: list[torch.Tensor] = []
-    for i in range(count):
-        x = load(i)
-        with Timed(cost, "compress_s", x.device):
-            if send is None:
-                send = torch.empty(count * codec.fixed, dtype=U8, device=x.device)
+    with Timed(cost, "compress_s", device):
+        for i in range(count):
+            x, first = (first if i == 0 else load(i)), None  # one chunk alive at a time
             payloads.append(codec.encode(x, out=send[i * codec.fixed: (i + 1) * codec.fixed]))
     return payloads, send
 
@@ -130,10 +139,20 @@ def size_chunks(codec: ChunkCodec, count: int, load: Callable[[int], torch.Tenso
 
 
 def sum_decoded(codec: ChunkCodec, payloads: list[torch.Tensor], scratch: torch.Tensor,
-                total: torch.Tensor) -> None:
-    """total += each decoded payload, in order. A function of its own: a loop variable
-    left in the caller would keep the last payload (a view of the whole receive buffer)
-    alive past the caller's `del`."""
+                total: torch.Tensor, rows: bool = False) -> None:
+    """total += each decoded payload, in order. `rows`: the payloads decoded with one codec
+    call where they lie end to end and the codec allows (ChunkCodec.rows), through
+    len(payloads) chunks of scratch; else one at a time through `scratch`. A function of its
+    own: a loop variable left in the caller would keep the last payload (a view of the whole
+    receive buffer) alive past the caller's `del`."""
+    whole = joined(payloads) if rows else None
+    if whole is not None and codec.rows(len(payloads)):
+        count, length = len(payloads), scratch.numel()
+        decoded = torch.empty(count * length, dtype=scratch.dtype, device=scratch.device)
+        codec.decode_rows(whole, decoded)
+        for row in decoded.view(count, length):
+            total += row
+        return
     for payload in payloads:
         total += codec.decode(payload, scratch)
 
