@@ -25,7 +25,7 @@ PY=${DEVICE_CHECK_PYTHON:-python3}
 RUN_START=$SECONDS
 if [[ "$DRY" == 1 ]]; then
   DEV=cpu MIB=1 FAIL_SHORT="" SPECS="fp16 int8 zfp:rate=8" SYNC_SPECS="fp16 mpc"
-  MEMORY_SPECS="none fp16 int8 zfp:rate=8,impl=torch mpc topk"
+  MEMORY_SPECS="none fp16 int8 zfp:rate=8 mpc topk"
   NUMEL=4133  # values per rank in the multi-process exchange (not a multiple of a block)
   EXCHANGE_SPECS="none mpc zfp:rate=8"  # exact, data-dependent, lossy: each kind of check
   SLACK=5  # CPU runs on shared CI cores: each section may take this many times its limit
