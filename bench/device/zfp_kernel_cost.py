@@ -37,14 +37,15 @@ def compile_kernels(rate: int, cc: int) -> dict[str, tuple[bytes, str, dict]]:
     from neoxlab.compress import zfp_torch
 
     target = GPUTarget("cuda", cc, 32)
-    options = {"enable_fp_fusion": False}
-    kernels = tk.kernel_specs(rate) if hasattr(tk, "kernel_specs") else {
+    options = {"enable_fp_fusion": False, "num_warps": 4}  # as the kernels are launched
+    encode_lanes = getattr(tk, "_ZFP_ENCODE_LANES", tk._ZFP_LANES)  # (before: one size)
+    kernels = {
         "encode": (tk._zfp_encode_kernel,
                    {"x_ptr": "*fp32", "out_ptr": "*u8", "enc_ptr": "*i64",
                     "bitlen_ptr": "*i64", "rows": "i64", "nblocks": "i64"},
-                   {"RATE": rate, "LANES": tk._ZFP_LANES,
+                   {"RATE": rate, "LANES": encode_lanes,
                     "NBYTES_P2": triton.next_power_of_2(2 * rate)},
-                   tk._ZFP_LANES * 16),
+                   encode_lanes * 16),
         "decode": (tk._zfp_decode_kernel,
                    {"in_ptr": "*u8", "out_ptr": "*fp32", "dec_ptr": "*i64",
                     "vclass_ptr": "*i64", "n4": "i64", "nblocks": "i64"},

@@ -20,7 +20,8 @@ import triton.language as tl
 
 from neoxlab.compress import zfp_torch
 
-_ZFP_LANES = 64  # ZFP blocks per program
+_ZFP_LANES = 64  # ZFP blocks per program (decode: [blocks, 16] tiles)
+_ZFP_ENCODE_LANES = 128  # ZFP blocks per encode program: one thread each, 4 warps
 _MAX_QBLOCK = 4096  # largest quantization block the fused kernel takes (else torch)
 # no multiply-add contraction: torch rounds x * inv before adding the rounding constant
 _EXACT = {"enable_fp_fusion": False}
@@ -100,55 +101,143 @@ def _inv_lift(x, y, z, w):
 # -- ZFP encode -----------------------------------------------------------------------------------
 
 @triton.jit
+def _src_row(nr, Y: tl.constexpr):
+    """Source row of a block's row Y (0-3) when the block has nr rows: ZFP pads a last
+    block of nr < 4 rows with rows 0,0,0,0 / 0,1,1,0 / 0,1,2,0."""
+    if Y == 0:
+        r = nr * 0
+    elif Y == 1:
+        r = tl.where(nr > 1, 1, 0)
+    elif Y == 2:
+        r = tl.where(nr > 2, 2, tl.where(nr == 2, 1, 0))
+    else:
+        r = tl.where(nr > 3, 3, 0)
+    return r
+
+
+@triton.jit
 def _zfp_blocks(pid, rows, LANES: tl.constexpr):
-    """The ZFP blocks of program `pid` (one per lane) and the source index of each of their
-    16 values: row-major rows of 4 values, 4 rows a block. ZFP pads a last block of
-    nr < 4 rows with rows 0,0,0,0 / 0,1,1,0 / 0,1,2,0. In 64 bits: a message of 2^31
-    values or more would wrap a 32-bit index (decode and int8/int4 are 64-bit too)."""
+    """The ZFP blocks of program `pid` (one per lane) and how many rows of 4 values each
+    has (4, or 1-3 for a last, padded one). In 64 bits: a message of 2^31 values or more
+    would wrap a 32-bit index (decode and int8/int4 are 64-bit too)."""
     b = pid.to(tl.int64) * LANES + tl.arange(0, LANES)
-    cols = tl.arange(0, 16)
-    nr = tl.minimum(rows - 4 * b, 4)
-    y = cols[None, :] // 4
-    nr2 = nr[:, None]
-    ry = tl.where(y < nr2, y, tl.where(y == 3, 0, tl.where(nr2 == 2, 1, 0)))
-    src = (4 * b[:, None] + ry) * 4 + cols[None, :] % 4
-    return b, src
+    return b, tl.minimum(rows - 4 * b, 4)
+
+
+@triton.jit
+def _value_index(b, nr, Y: tl.constexpr, X: tl.constexpr):
+    """Source index of value (Y, X) of each lane's block: row-major rows of 4 values."""
+    return (4 * b + _src_row(nr, Y)) * 4 + X
+
+
+@triton.jit
+def _load_value(x_ptr, b, nr, live, Y: tl.constexpr, X: tl.constexpr):
+    """Value (Y, X) of each lane's block, as fp32."""
+    return tl.load(x_ptr + _value_index(b, nr, Y, X), mask=live, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _fixed(f, s):
+    """ZFP's block-floating-point integer of f at scale s (fp32 product, as ZFP computes
+    it; out of range: INT_MIN, as x86 converts)."""
+    prod = f * s
+    prod = tl.where(tl.abs(prod) < 2147483648.0, prod, -2147483648.0)
+    return prod.to(tl.int32)
+
+
+@triton.jit
+def _nega(p):
+    nbm = -1431655766  # 0xaaaaaaaa as int32
+    return (p + nbm) ^ nbm
+
+
+@triton.jit
+def _bit(q, k, J: tl.constexpr):
+    return ((q >> k) & 1) << J
+
+
+@triton.jit
+def _word_of(w0, w1, w2, w3, w4, w5, w6, w7, J: tl.constexpr):
+    if J == 0:
+        w = w0
+    elif J == 1:
+        w = w1
+    elif J == 2:
+        w = w2
+    elif J == 3:
+        w = w3
+    elif J == 4:
+        w = w4
+    elif J == 5:
+        w = w5
+    elif J == 6:
+        w = w6
+    else:
+        w = w7
+    return w
 
 
 @triton.jit
 def _zfp_encode_kernel(x_ptr, out_ptr, enc_ptr, bitlen_ptr, rows, nblocks,
                        RATE: tl.constexpr, LANES: tl.constexpr, NBYTES_P2: tl.constexpr):
-    b, src = _zfp_blocks(tl.program_id(0), rows, LANES)
+    """One thread per ZFP block (LANES blocks a program, LANES / 32 warps): the block's 16
+    values are 16 registers of its thread, so no work is repeated across threads; per bit
+    plane one load from each lookup table."""
+    b, nr = _zfp_blocks(tl.program_id(0), rows, LANES)
     live = b < nblocks
-    cols = tl.arange(0, 16)
-    f = tl.load(x_ptr + src, mask=live[:, None], other=0.0).to(tl.float32)
-    a = tl.abs(f)
-    bad = tl.max(tl.where((f != f) | (a == float("inf")), 1, 0), axis=1) > 0
-    amax = tl.max(tl.where(bad[:, None], 0.0, a), axis=1)
+    f0 = _load_value(x_ptr, b, nr, live, 0, 0)
+    f1 = _load_value(x_ptr, b, nr, live, 0, 1)
+    f2 = _load_value(x_ptr, b, nr, live, 0, 2)
+    f3 = _load_value(x_ptr, b, nr, live, 0, 3)
+    f4 = _load_value(x_ptr, b, nr, live, 1, 0)
+    f5 = _load_value(x_ptr, b, nr, live, 1, 1)
+    f6 = _load_value(x_ptr, b, nr, live, 1, 2)
+    f7 = _load_value(x_ptr, b, nr, live, 1, 3)
+    f8 = _load_value(x_ptr, b, nr, live, 2, 0)
+    f9 = _load_value(x_ptr, b, nr, live, 2, 1)
+    f10 = _load_value(x_ptr, b, nr, live, 2, 2)
+    f11 = _load_value(x_ptr, b, nr, live, 2, 3)
+    f12 = _load_value(x_ptr, b, nr, live, 3, 0)
+    f13 = _load_value(x_ptr, b, nr, live, 3, 1)
+    f14 = _load_value(x_ptr, b, nr, live, 3, 2)
+    f15 = _load_value(x_ptr, b, nr, live, 3, 3)
+    # the largest magnitude, and whether any value is NaN/Inf (then the block is marked)
+    m01 = tl.maximum(tl.abs(f0), tl.abs(f1))
+    m23 = tl.maximum(tl.abs(f2), tl.abs(f3))
+    m45 = tl.maximum(tl.abs(f4), tl.abs(f5))
+    m67 = tl.maximum(tl.abs(f6), tl.abs(f7))
+    m89 = tl.maximum(tl.abs(f8), tl.abs(f9))
+    mab = tl.maximum(tl.abs(f10), tl.abs(f11))
+    mcd = tl.maximum(tl.abs(f12), tl.abs(f13))
+    mef = tl.maximum(tl.abs(f14), tl.abs(f15))
+    amax = tl.maximum(tl.maximum(tl.maximum(m01, m23), tl.maximum(m45, m67)),
+                      tl.maximum(tl.maximum(m89, mab), tl.maximum(mcd, mef)))
+    nan = ((f0 != f0) | (f1 != f1) | (f2 != f2) | (f3 != f3) | (f4 != f4) | (f5 != f5)
+           | (f6 != f6) | (f7 != f7) | (f8 != f8) | (f9 != f9) | (f10 != f10) | (f11 != f11)
+           | (f12 != f12) | (f13 != f13) | (f14 != f14) | (f15 != f15))
+    bad = nan | (amax == float("inf"))  # (whatever the max makes of a NaN operand)
+    amax = tl.where(bad, 0.0, amax)
     expo = (amax.to(tl.int32, bitcast=True) >> 23) & 0xFF
     emax = tl.maximum(expo - 126, -126)
     nonzero = (amax > 0) & (~bad)
     e2 = 157 - emax  # biased exponent of 2^(30 - emax); >= 255 overflows to inf
     s = tl.where(e2 >= 255, 0x7F800000, e2 << 23).to(tl.float32, bitcast=True)
-    prod = f * s[:, None]
-    prod = tl.where(tl.abs(prod) < 2147483648.0, prod, -2147483648.0)
-    ib = prod.to(tl.int32)
-    p0 = _col(ib, cols, 0)
-    p1 = _col(ib, cols, 1)
-    p2 = _col(ib, cols, 2)
-    p3 = _col(ib, cols, 3)
-    p4 = _col(ib, cols, 4)
-    p5 = _col(ib, cols, 5)
-    p6 = _col(ib, cols, 6)
-    p7 = _col(ib, cols, 7)
-    p8 = _col(ib, cols, 8)
-    p9 = _col(ib, cols, 9)
-    p10 = _col(ib, cols, 10)
-    p11 = _col(ib, cols, 11)
-    p12 = _col(ib, cols, 12)
-    p13 = _col(ib, cols, 13)
-    p14 = _col(ib, cols, 14)
-    p15 = _col(ib, cols, 15)
+    p0 = _fixed(f0, s)
+    p1 = _fixed(f1, s)
+    p2 = _fixed(f2, s)
+    p3 = _fixed(f3, s)
+    p4 = _fixed(f4, s)
+    p5 = _fixed(f5, s)
+    p6 = _fixed(f6, s)
+    p7 = _fixed(f7, s)
+    p8 = _fixed(f8, s)
+    p9 = _fixed(f9, s)
+    p10 = _fixed(f10, s)
+    p11 = _fixed(f11, s)
+    p12 = _fixed(f12, s)
+    p13 = _fixed(f13, s)
+    p14 = _fixed(f14, s)
+    p15 = _fixed(f15, s)
     # rows (along x), then columns (along y)
     p0, p1, p2, p3 = _fwd_lift(p0, p1, p2, p3)
     p4, p5, p6, p7 = _fwd_lift(p4, p5, p6, p7)
@@ -158,26 +247,23 @@ def _zfp_encode_kernel(x_ptr, out_ptr, enc_ptr, bitlen_ptr, rows, nblocks,
     p1, p5, p9, p13 = _fwd_lift(p1, p5, p9, p13)
     p2, p6, p10, p14 = _fwd_lift(p2, p6, p10, p14)
     p3, p7, p11, p15 = _fwd_lift(p3, p7, p11, p15)
-    # sequency order PERM = (0, 1, 4, 5, 2, 8, 6, 9, 3, 12, 10, 7, 13, 11, 14, 15)
-    u = tl.zeros([LANES, 16], dtype=tl.int32)
-    u = _put(u, cols, 0, p0)
-    u = _put(u, cols, 1, p1)
-    u = _put(u, cols, 2, p4)
-    u = _put(u, cols, 3, p5)
-    u = _put(u, cols, 4, p2)
-    u = _put(u, cols, 5, p8)
-    u = _put(u, cols, 6, p6)
-    u = _put(u, cols, 7, p9)
-    u = _put(u, cols, 8, p3)
-    u = _put(u, cols, 9, p12)
-    u = _put(u, cols, 10, p10)
-    u = _put(u, cols, 11, p7)
-    u = _put(u, cols, 12, p13)
-    u = _put(u, cols, 13, p11)
-    u = _put(u, cols, 14, p14)
-    u = _put(u, cols, 15, p15)
-    nbm = -1431655766  # 0xaaaaaaaa as int32
-    u = (u + nbm) ^ nbm
+    # sequency order PERM = (0, 1, 4, 5, 2, 8, 6, 9, 3, 12, 10, 7, 13, 11, 14, 15), negabinary
+    q0 = _nega(p0)
+    q1 = _nega(p1)
+    q2 = _nega(p4)
+    q3 = _nega(p5)
+    q4 = _nega(p2)
+    q5 = _nega(p8)
+    q6 = _nega(p6)
+    q7 = _nega(p9)
+    q8 = _nega(p3)
+    q9 = _nega(p12)
+    q10 = _nega(p10)
+    q11 = _nega(p7)
+    q12 = _nega(p13)
+    q13 = _nega(p11)
+    q14 = _nega(p14)
+    q15 = _nega(p15)
     maxbits = 16 * RATE
     off = tl.full([LANES], 9, tl.int64)
     acc = tl.zeros([LANES], dtype=tl.int32)
@@ -193,7 +279,11 @@ def _zfp_encode_kernel(x_ptr, out_ptr, enc_ptr, bitlen_ptr, rows, nblocks,
     one = tl.full([LANES], 1, tl.int64)
     for i in range(32):
         k = 31 - i
-        xk = tl.sum(((u >> k) & 1) << cols[None, :], axis=1)
+        # bit plane k of the 16 values: bit j of xk is bit k of value j
+        xk = (_bit(q0, k, 0) | _bit(q1, k, 1) | _bit(q2, k, 2) | _bit(q3, k, 3)
+              | _bit(q4, k, 4) | _bit(q5, k, 5) | _bit(q6, k, 6) | _bit(q7, k, 7)
+              | _bit(q8, k, 8) | _bit(q9, k, 9) | _bit(q10, k, 10) | _bit(q11, k, 11)
+              | _bit(q12, k, 12) | _bit(q13, k, 13) | _bit(q14, k, 14) | _bit(q15, k, 15))
         n = tl.load(bitlen_ptr + acc).to(tl.int64)
         ent = tl.load(enc_ptr + n * 65536 + xk)
         code = ent & 0xFFFFFFFFFF
@@ -217,15 +307,10 @@ def _zfp_encode_kernel(x_ptr, out_ptr, enc_ptr, bitlen_ptr, rows, nblocks,
         acc |= xk
     head = tl.where(nonzero, 1 + 2 * (emax.to(tl.int64) + 127), 0)
     w0 |= tl.where(bad, 1, head)
-    bcols = tl.arange(0, NBYTES_P2)[None, :]
-    wi = bcols // 8
-    wsel = tl.where(wi == 0, w0[:, None], tl.where(wi == 1, w1[:, None], tl.where(
-        wi == 2, w2[:, None], tl.where(wi == 3, w3[:, None], tl.where(
-            wi == 4, w4[:, None], tl.where(wi == 5, w5[:, None], tl.where(
-                wi == 6, w6[:, None], w7[:, None])))))))
-    byte = ((wsel >> ((bcols % 8) * 8)) & 255).to(tl.uint8)
-    tl.store(out_ptr + b[:, None] * (2 * RATE) + bcols, byte,
-             mask=live[:, None] & (bcols < 2 * RATE))
+    for j in tl.static_range(2 * RATE):
+        w = _word_of(w0, w1, w2, w3, w4, w5, w6, w7, j // 8)
+        byte = ((w >> ((j % 8) * 8)) & 255).to(tl.uint8)
+        tl.store(out_ptr + b * (2 * RATE) + j, byte, mask=live)
 
 
 def zfp_encode(vals: torch.Tensor, rate: int, out: torch.Tensor) -> None:
@@ -234,10 +319,11 @@ def zfp_encode(vals: torch.Tensor, rate: int, out: torch.Tensor) -> None:
     nblocks = -(-rows // 4)
     enc = zfp_torch._encode_table(vals.device)
     bitlen = zfp_torch._bitlen_table(vals.device)
-    grid = (triton.cdiv(nblocks, _ZFP_LANES),)
+    grid = (triton.cdiv(nblocks, _ZFP_ENCODE_LANES),)
     _zfp_encode_kernel[grid](vals, out, enc, bitlen, rows, nblocks, RATE=rate,
-                             LANES=_ZFP_LANES, NBYTES_P2=triton.next_power_of_2(2 * rate),
-                             **_EXACT)
+                             LANES=_ZFP_ENCODE_LANES,
+                             NBYTES_P2=triton.next_power_of_2(2 * rate),
+                             num_warps=_ZFP_ENCODE_LANES // 32, **_EXACT)
 
 
 # -- ZFP decode -----------------------------------------------------------------------------------
