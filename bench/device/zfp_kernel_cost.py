@@ -38,7 +38,12 @@ def compile_kernels(rate: int, cc: int) -> dict[str, tuple[bytes, str, dict]]:
 
     target = GPUTarget("cuda", cc, 32)
     options = {"enable_fp_fusion": False, "num_warps": 4}  # as the kernels are launched
-    encode_lanes = getattr(tk, "_ZFP_ENCODE_LANES", tk._ZFP_LANES)  # (before: one size)
+    encode_lanes = getattr(tk, "_ZFP_ENCODE_LANES", getattr(tk, "_ZFP_LANES", 64))
+    decode_lanes = getattr(tk, "_ZFP_DECODE_LANES", getattr(tk, "_ZFP_LANES", 64))
+    decode_args = {"in_ptr": "*u8", "out_ptr": "*fp32", "dec_ptr": "*i64",
+                   "vclass_ptr": "*i64", "n4": "i64", "nblocks": "i64"}
+    decode_args = {k: v for k, v in decode_args.items()
+                   if k in tk._zfp_decode_kernel.arg_names}  # (vclass: before only)
     kernels = {
         "encode": (tk._zfp_encode_kernel,
                    {"x_ptr": "*fp32", "out_ptr": "*u8", "enc_ptr": "*i64",
@@ -46,12 +51,10 @@ def compile_kernels(rate: int, cc: int) -> dict[str, tuple[bytes, str, dict]]:
                    {"RATE": rate, "LANES": encode_lanes,
                     "NBYTES_P2": triton.next_power_of_2(2 * rate)},
                    encode_lanes * 16),
-        "decode": (tk._zfp_decode_kernel,
-                   {"in_ptr": "*u8", "out_ptr": "*fp32", "dec_ptr": "*i64",
-                    "vclass_ptr": "*i64", "n4": "i64", "nblocks": "i64"},
-                   {"RATE": rate, "LANES": tk._ZFP_LANES, "STATE": zfp_torch._STATE,
+        "decode": (tk._zfp_decode_kernel, decode_args,
+                   {"RATE": rate, "LANES": decode_lanes, "STATE": zfp_torch._STATE,
                     "STEPS": zfp_torch._STEPS, "BF16": False},
-                   tk._ZFP_LANES * 16),
+                   decode_lanes * 16),
     }
     out = {}
     for name, (fn, signature, constexprs, values) in kernels.items():

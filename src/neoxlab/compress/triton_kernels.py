@@ -20,8 +20,8 @@ import triton.language as tl
 
 from neoxlab.compress import zfp_torch
 
-_ZFP_LANES = 64  # ZFP blocks per program (decode: [blocks, 16] tiles)
-_ZFP_ENCODE_LANES = 128  # ZFP blocks per encode program: one thread each, 4 warps
+_ZFP_ENCODE_LANES = 128  # ZFP blocks per program: one thread each, 4 warps
+_ZFP_DECODE_LANES = 128
 _MAX_QBLOCK = 4096  # largest quantization block the fused kernel takes (else torch)
 # no multiply-add contraction: torch rounds x * inv before adding the rounding constant
 _EXACT = {"enable_fp_fusion": False}
@@ -35,17 +35,6 @@ def available(device: torch.device) -> bool:
 
 
 # -- shared helpers -------------------------------------------------------------------------------
-
-@triton.jit
-def _col(t, cols, j: tl.constexpr):
-    """Column j of a [lanes, 16] tile as a [lanes] vector."""
-    return tl.sum(tl.where(cols[None, :] == j, t, 0), axis=1)
-
-
-@triton.jit
-def _put(t, cols, j: tl.constexpr, v):
-    return tl.where(cols[None, :] == j, v[:, None], t)
-
 
 @triton.jit
 def _store_float(ptr, offs, v, mask, BF16: tl.constexpr):
@@ -329,28 +318,82 @@ def zfp_encode(vals: torch.Tensor, rate: int, out: torch.Tensor) -> None:
 # -- ZFP decode -----------------------------------------------------------------------------------
 
 @triton.jit
-def _read16(in_ptr, base, pos, nbytes: tl.constexpr):
-    """16 bits at bit offset pos of each lane's block (LSB first)."""
-    at = pos >> 3
-    b0 = tl.load(in_ptr + base + tl.minimum(at, nbytes - 1)).to(tl.int64)
-    b1 = tl.load(in_ptr + base + tl.minimum(at + 1, nbytes - 1)).to(tl.int64)
-    b2 = tl.load(in_ptr + base + tl.minimum(at + 2, nbytes - 1)).to(tl.int64)
-    b1 = tl.where(at + 1 < nbytes, b1, 0)
-    b2 = tl.where(at + 2 < nbytes, b2, 0)
-    return ((b0 | (b1 << 8) | (b2 << 16)) >> (pos & 7)) & 0xFFFF
+def _payload_word(in_ptr, base, live, J: tl.constexpr, NBYTES: tl.constexpr):
+    """Bytes 8J .. 8J + 7 of each lane's block payload as one int64, LSB first (bytes past
+    the payload: 0). Read once: the bit-plane decoder then reads its windows from these."""
+    w = base * 0
+    for i in tl.static_range(8):
+        if 8 * J + i < NBYTES:
+            byte = tl.load(in_ptr + base + (8 * J + i), mask=live, other=0).to(tl.int64)
+            w |= byte << (8 * i)
+    return w
 
 
 @triton.jit
-def _zfp_decode_kernel(in_ptr, out_ptr, dec_ptr, vclass_ptr, n4, nblocks,
+def _pick(j, w0, w1, w2, w3, w4, w5, w6, w7):
+    """Word j (0-8; 8 and past: the zero word after the payload) of a block's payload."""
+    return tl.where(j == 0, w0, tl.where(j == 1, w1, tl.where(j == 2, w2, tl.where(
+        j == 3, w3, tl.where(j == 4, w4, tl.where(j == 5, w5, tl.where(
+            j == 6, w6, tl.where(j == 7, w7, 0))))))))
+
+
+@triton.jit
+def _window(pos, w0, w1, w2, w3, w4, w5, w6, w7):
+    """The 16 bits at bit offset pos of each lane's payload (LSB first), from registers."""
+    j = pos >> 6
+    sh = pos & 63
+    a = _pick(j, w0, w1, w2, w3, w4, w5, w6, w7)
+    b = _pick(j + 1, w0, w1, w2, w3, w4, w5, w6, w7)
+    spill = sh > 48  # the window runs into the next word
+    lo = (a >> sh) & tl.where(spill, (1 << (64 - sh)) - 1, 0xFFFF)  # (no sign bits)
+    hi = tl.where(spill, (b << (64 - sh)) & 0xFFFF, 0)
+    return lo | hi
+
+
+@triton.jit
+def _bits_of(x, j: tl.constexpr, k):
+    """Bit j of the plane x, placed at bit k of value j's integer."""
+    return (((x >> j) & 1) << k).to(tl.int32)
+
+
+@triton.jit
+def _ints(u):
+    nbm = -1431655766  # from negabinary
+    return (u ^ nbm) - nbm
+
+
+@triton.jit
+def _store_value(out_ptr, bl, p, s, nonzero, nan, live, n4, AT: tl.constexpr,
+                 BF16: tl.constexpr):
+    v = p.to(tl.float32) * s
+    v = tl.where(nonzero, v, 0.0)
+    v = tl.where(nan, float("nan"), v)
+    dst = bl * 16 + AT
+    _store_float(out_ptr, dst, v, live & (dst < n4), BF16)
+
+
+@triton.jit
+def _zfp_decode_kernel(in_ptr, out_ptr, dec_ptr, n4, nblocks,
                        RATE: tl.constexpr, LANES: tl.constexpr, STATE: tl.constexpr,
                        STEPS: tl.constexpr, BF16: tl.constexpr):
-    b = tl.program_id(0) * LANES + tl.arange(0, LANES)
+    """One thread per ZFP block (LANES blocks a program, LANES / 32 warps): the block's
+    payload is read once into registers (2 * RATE byte loads) and the coder's windows come
+    from there; the 16 values' bits gather in 16 registers; per plane one decode-table load
+    per step (the budget's class is computed, as zfp_torch._budget_class tabulates it)."""
+    b = tl.program_id(0).to(tl.int64) * LANES + tl.arange(0, LANES)
     live = b < nblocks
-    bl = tl.where(live, b, 0).to(tl.int64)
+    bl = tl.where(live, b, 0)
     nbytes: tl.constexpr = 2 * RATE
     base = bl * nbytes
-    cols = tl.arange(0, 16)
-    head = _read16(in_ptr, base, tl.zeros([LANES], dtype=tl.int64), nbytes) & 0x1FF
+    w0 = _payload_word(in_ptr, base, live, 0, nbytes)
+    w1 = _payload_word(in_ptr, base, live, 1, nbytes)
+    w2 = _payload_word(in_ptr, base, live, 2, nbytes)
+    w3 = _payload_word(in_ptr, base, live, 3, nbytes)
+    w4 = _payload_word(in_ptr, base, live, 4, nbytes)
+    w5 = _payload_word(in_ptr, base, live, 5, nbytes)
+    w6 = _payload_word(in_ptr, base, live, 6, nbytes)
+    w7 = _payload_word(in_ptr, base, live, 7, nbytes)
+    head = w0 & 0x1FF
     flag = (head & 1) == 1
     e = head >> 1
     nonzero = flag & (e > 0)
@@ -360,17 +403,33 @@ def _zfp_decode_kernel(in_ptr, out_ptr, dec_ptr, vclass_ptr, n4, nblocks,
     pos = tl.full([LANES], 9, tl.int64)
     budget = tl.where(nonzero, maxbits - 9, 0).to(tl.int64)
     n = tl.zeros([LANES], dtype=tl.int64)
-    u = tl.zeros([LANES, 16], dtype=tl.int32)
+    one = tl.full([LANES], 1, tl.int64)
+    u0 = tl.zeros([LANES], dtype=tl.int32)
+    u1 = tl.zeros([LANES], dtype=tl.int32)
+    u2 = tl.zeros([LANES], dtype=tl.int32)
+    u3 = tl.zeros([LANES], dtype=tl.int32)
+    u4 = tl.zeros([LANES], dtype=tl.int32)
+    u5 = tl.zeros([LANES], dtype=tl.int32)
+    u6 = tl.zeros([LANES], dtype=tl.int32)
+    u7 = tl.zeros([LANES], dtype=tl.int32)
+    u8 = tl.zeros([LANES], dtype=tl.int32)
+    u9 = tl.zeros([LANES], dtype=tl.int32)
+    u10 = tl.zeros([LANES], dtype=tl.int32)
+    u11 = tl.zeros([LANES], dtype=tl.int32)
+    u12 = tl.zeros([LANES], dtype=tl.int32)
+    u13 = tl.zeros([LANES], dtype=tl.int32)
+    u14 = tl.zeros([LANES], dtype=tl.int32)
+    u15 = tl.zeros([LANES], dtype=tl.int32)
     for i in range(32):
         k = 31 - i
         m = tl.minimum(n, budget)
-        x = _read16(in_ptr, base, pos, nbytes) & ((tl.full([LANES], 1, tl.int64) << m) - 1)
+        x = _window(pos, w0, w1, w2, w3, w4, w5, w6, w7) & ((one << m) - 1)
         pos += m
         budget -= m
         state = n * (3 * STATE)
         for _ in tl.static_range(STEPS):
-            byte = _read16(in_ptr, base, pos, nbytes) & 0xFF
-            vc = tl.load(vclass_ptr + budget)
+            byte = _window(pos, w0, w1, w2, w3, w4, w5, w6, w7) & 0xFF
+            vc = (tl.minimum(budget, 8) + 9 * (budget <= 8).to(tl.int64)) * 256
             ent = tl.load(dec_ptr + state + vc + byte)
             x |= ent & 0xFFFF
             used = (ent >> 16) & 0xFF
@@ -378,26 +437,39 @@ def _zfp_decode_kernel(in_ptr, out_ptr, dec_ptr, vclass_ptr, n4, nblocks,
             budget -= used
             state = ent >> 24
         n = state // (3 * STATE)
-        u |= (((x[:, None] >> cols[None, :]) & 1) << k).to(tl.int32)
-    nbm = -1431655766
-    ints = (u ^ nbm) - nbm
+        u0 |= _bits_of(x, 0, k)
+        u1 |= _bits_of(x, 1, k)
+        u2 |= _bits_of(x, 2, k)
+        u3 |= _bits_of(x, 3, k)
+        u4 |= _bits_of(x, 4, k)
+        u5 |= _bits_of(x, 5, k)
+        u6 |= _bits_of(x, 6, k)
+        u7 |= _bits_of(x, 7, k)
+        u8 |= _bits_of(x, 8, k)
+        u9 |= _bits_of(x, 9, k)
+        u10 |= _bits_of(x, 10, k)
+        u11 |= _bits_of(x, 11, k)
+        u12 |= _bits_of(x, 12, k)
+        u13 |= _bits_of(x, 13, k)
+        u14 |= _bits_of(x, 14, k)
+        u15 |= _bits_of(x, 15, k)
     # inverse of PERM: block position PERM[i] gets coefficient i
-    p0 = _col(ints, cols, 0)
-    p1 = _col(ints, cols, 1)
-    p4 = _col(ints, cols, 2)
-    p5 = _col(ints, cols, 3)
-    p2 = _col(ints, cols, 4)
-    p8 = _col(ints, cols, 5)
-    p6 = _col(ints, cols, 6)
-    p9 = _col(ints, cols, 7)
-    p3 = _col(ints, cols, 8)
-    p12 = _col(ints, cols, 9)
-    p10 = _col(ints, cols, 10)
-    p7 = _col(ints, cols, 11)
-    p13 = _col(ints, cols, 12)
-    p11 = _col(ints, cols, 13)
-    p14 = _col(ints, cols, 14)
-    p15 = _col(ints, cols, 15)
+    p0 = _ints(u0)
+    p1 = _ints(u1)
+    p4 = _ints(u2)
+    p5 = _ints(u3)
+    p2 = _ints(u4)
+    p8 = _ints(u5)
+    p6 = _ints(u6)
+    p9 = _ints(u7)
+    p3 = _ints(u8)
+    p12 = _ints(u9)
+    p10 = _ints(u10)
+    p7 = _ints(u11)
+    p13 = _ints(u12)
+    p11 = _ints(u13)
+    p14 = _ints(u14)
+    p15 = _ints(u15)
     # columns (along y), then rows (along x)
     p0, p4, p8, p12 = _inv_lift(p0, p4, p8, p12)
     p1, p5, p9, p13 = _inv_lift(p1, p5, p9, p13)
@@ -407,33 +479,27 @@ def _zfp_decode_kernel(in_ptr, out_ptr, dec_ptr, vclass_ptr, n4, nblocks,
     p4, p5, p6, p7 = _inv_lift(p4, p5, p6, p7)
     p8, p9, p10, p11 = _inv_lift(p8, p9, p10, p11)
     p12, p13, p14, p15 = _inv_lift(p12, p13, p14, p15)
-    ib = tl.zeros([LANES, 16], dtype=tl.int32)
-    ib = _put(ib, cols, 0, p0)
-    ib = _put(ib, cols, 1, p1)
-    ib = _put(ib, cols, 2, p2)
-    ib = _put(ib, cols, 3, p3)
-    ib = _put(ib, cols, 4, p4)
-    ib = _put(ib, cols, 5, p5)
-    ib = _put(ib, cols, 6, p6)
-    ib = _put(ib, cols, 7, p7)
-    ib = _put(ib, cols, 8, p8)
-    ib = _put(ib, cols, 9, p9)
-    ib = _put(ib, cols, 10, p10)
-    ib = _put(ib, cols, 11, p11)
-    ib = _put(ib, cols, 12, p12)
-    ib = _put(ib, cols, 13, p13)
-    ib = _put(ib, cols, 14, p14)
-    ib = _put(ib, cols, 15, p15)
     # s = 2^(emax - 30) in fp32: subnormal below 2^-126, 0 below 2^-149 (as ldexpf)
     sexp = emax - 30
     s_norm = ((sexp + 127) << 23).to(tl.float32, bitcast=True)
     s_sub = (1 << tl.minimum(tl.maximum(sexp + 149, 0), 22)).to(tl.float32, bitcast=True)
     s = tl.where(sexp >= -126, s_norm, tl.where(sexp >= -149, s_sub, 0.0))
-    v = ib.to(tl.float32) * s[:, None]
-    v = tl.where(nonzero[:, None], v, 0.0)
-    v = tl.where(nan[:, None], float("nan"), v)
-    dst = bl[:, None] * 16 + cols[None, :]
-    _store_float(out_ptr, dst, v, live[:, None] & (dst < n4), BF16)
+    _store_value(out_ptr, bl, p0, s, nonzero, nan, live, n4, 0, BF16)
+    _store_value(out_ptr, bl, p1, s, nonzero, nan, live, n4, 1, BF16)
+    _store_value(out_ptr, bl, p2, s, nonzero, nan, live, n4, 2, BF16)
+    _store_value(out_ptr, bl, p3, s, nonzero, nan, live, n4, 3, BF16)
+    _store_value(out_ptr, bl, p4, s, nonzero, nan, live, n4, 4, BF16)
+    _store_value(out_ptr, bl, p5, s, nonzero, nan, live, n4, 5, BF16)
+    _store_value(out_ptr, bl, p6, s, nonzero, nan, live, n4, 6, BF16)
+    _store_value(out_ptr, bl, p7, s, nonzero, nan, live, n4, 7, BF16)
+    _store_value(out_ptr, bl, p8, s, nonzero, nan, live, n4, 8, BF16)
+    _store_value(out_ptr, bl, p9, s, nonzero, nan, live, n4, 9, BF16)
+    _store_value(out_ptr, bl, p10, s, nonzero, nan, live, n4, 10, BF16)
+    _store_value(out_ptr, bl, p11, s, nonzero, nan, live, n4, 11, BF16)
+    _store_value(out_ptr, bl, p12, s, nonzero, nan, live, n4, 12, BF16)
+    _store_value(out_ptr, bl, p13, s, nonzero, nan, live, n4, 13, BF16)
+    _store_value(out_ptr, bl, p14, s, nonzero, nan, live, n4, 14, BF16)
+    _store_value(out_ptr, bl, p15, s, nonzero, nan, live, n4, 15, BF16)
 
 
 def zfp_decode(payload: torch.Tensor, rate: int, out: torch.Tensor) -> None:
@@ -441,11 +507,11 @@ def zfp_decode(payload: torch.Tensor, rate: int, out: torch.Tensor) -> None:
     n4 = out.numel()
     nblocks = -(-n4 // 16)
     dec = zfp_torch._decode_table(out.device)
-    vclass = zfp_torch._budget_class(16 * rate, out.device)
-    grid = (triton.cdiv(nblocks, _ZFP_LANES),)
-    _zfp_decode_kernel[grid](payload, *_float_out(out), dec, vclass, n4, nblocks, RATE=rate,
-                             LANES=_ZFP_LANES, STATE=zfp_torch._STATE, STEPS=zfp_torch._STEPS,
-                             BF16=out.dtype == torch.bfloat16, **_EXACT)
+    grid = (triton.cdiv(nblocks, _ZFP_DECODE_LANES),)
+    _zfp_decode_kernel[grid](payload, *_float_out(out), dec, n4, nblocks, RATE=rate,
+                             LANES=_ZFP_DECODE_LANES, STATE=zfp_torch._STATE,
+                             STEPS=zfp_torch._STEPS, BF16=out.dtype == torch.bfloat16,
+                             num_warps=_ZFP_DECODE_LANES // 32, **_EXACT)
 
 
 def _float_out(out: torch.Tensor) -> tuple[torch.Tensor]:
