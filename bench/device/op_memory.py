@@ -48,9 +48,10 @@ def peak_of(device, fn: Callable[[], object]) -> int:
 
 
 def cases(device, mib: int, n: int, spec: str, dtype):
-    """(op, message bytes, call) per compressed op, with error feedback on all-reduce and
-    reduce; tensors are made (and touched) before the call. A sender comes before its
-    receiver (reduce's rank 1 before the owner, send before recv): the loopback replays."""
+    """(op, message bytes, call, its loopback) per compressed op, with error feedback on
+    all-reduce and reduce; tensors are made (and touched) before the call. A sender comes
+    before its receiver (reduce's rank 1 before the owner, send before recv): the loopback
+    replays what the sender's first (warm-up) call sent."""
     import torch
 
     from neoxlab.comm import collectives as cc
@@ -66,25 +67,27 @@ def cases(device, mib: int, n: int, spec: str, dtype):
 
     x, res = fresh(), torch.zeros(numel, device=device, dtype=dtype)
     nbytes = numel * size
-    yield "all_reduce", nbytes, lambda: cc.all_reduce(raw, c, x, None, n, res, "alltoall")
+    yield "all_reduce", nbytes, lambda: cc.all_reduce(raw, c, x, None, n, res,
+                                                        "alltoall"), raw
+    pair = LoopbackRaw(2)
     yield "all_reduce (2 ranks)", nbytes, lambda: cc.all_reduce(
-        LoopbackRaw(2), c, x, None, 2, res, "allgather")
+        pair, c, x, None, 2, res, "allgather"), pair
     p2p = LoopbackRaw(n)
     for me in (1, 0):  # a rank that only sends, then the owner
         yield f"reduce (rank {me})", nbytes, lambda me=me: cc.reduce(
-            p2p, c, x, 0, list(range(n)), me, None, res)
+            p2p, c, x, 0, list(range(n)), me, None, res), p2p
     part = fresh(numel // n)
     outs = [torch.empty_like(part) for _ in range(n)]
     for o in outs:
         o.zero_()
     yield "all_gather", part.numel() * size, lambda: cc.all_gather_into(raw, c, part, outs,
-                                                                           None, n)
+                                                                           None, n), raw
     out = torch.zeros(numel // n, device=device, dtype=dtype)
-    yield "reduce_scatter", nbytes, lambda: cc.reduce_scatter(raw, c, x, out, None, n)
-    yield "broadcast", nbytes, lambda: cc.broadcast(raw, c, x, 0, 0, None)
+    yield "reduce_scatter", nbytes, lambda: cc.reduce_scatter(raw, c, x, out, None, n), raw
+    yield "broadcast", nbytes, lambda: cc.broadcast(raw, c, x, 0, 0, None), raw
     wire = LoopbackRaw(n)
-    yield "send", nbytes, lambda: cc.send(wire, c, x, 1)
-    yield "recv", nbytes, lambda: cc.recv(wire, c, x, 1)
+    yield "send", nbytes, lambda: cc.send(wire, c, x, 1), wire
+    yield "recv", nbytes, lambda: cc.recv(wire, c, x, 1), wire
 
 
 def measure(device_name: str, mib: int, n: int, specs: list[str],
@@ -100,12 +103,13 @@ def measure(device_name: str, mib: int, n: int, specs: list[str],
     itemsize = torch.tensor([], dtype=dtype).element_size()
     rows = []
     for spec in specs:
-        for name, nbytes, call in cases(device, mib, n, spec, dtype):
+        for name, nbytes, call, loop in cases(device, mib, n, spec, dtype):
             op = name.split(" ")[0]
             if ops and op not in ops:
                 continue
             group = 2 if "2 ranks" in name else n
             call()  # warm: first-use allocations (codec tables) are not the op's
+            loop.recording = False  # what it sent is recorded; the measured call's is not
             peak = peak_of(device, call)
             bound = (comm_scratch.collective_scratch_bytes if collective_only
                      else comm_scratch.op_scratch_bytes)(op, nbytes, group, itemsize)
