@@ -27,9 +27,9 @@ import yaml
 from neoxlab.comm.records import format_totals, merge
 from neoxlab.config import Config
 from neoxlab.engines.builtin.preemption import stop_request_file
-from neoxlab.engines.neox import inject
+from neoxlab.engines.neox import cpu_mode, inject
 from neoxlab.engines.neox.data_helpers import build_data_helpers, build_environment
-from neoxlab.engines.neox.launch import LOCK_FILE, read_lock
+from neoxlab.engines.neox.launch import LOCK_FILE, checkout_dir, read_lock
 from neoxlab.engines.neox.metrics import collect_metrics
 from neoxlab.engines.neox.outcome import EndedEarly, early_exit_error
 from neoxlab.engines.neox.render import NEOX_YML
@@ -137,15 +137,17 @@ def record_provenance(run_dir: Path, neox_dir: Path) -> None:
 
 def run(cfg: Config, run_dir: Path, info: dist.RankInfo, terminal: TextIO | None) -> None:
     """The rank body inside neoxlab.run.rankjob.run_rank (logs, status and failure handling)."""
-    neox_dir = Path(cfg.cluster.neox_dir or "").resolve()
+    neox_dir = checkout_dir(cfg).resolve()
     place_rank(info)
     os.environ[inject.RUN_DIR_ENV] = str(run_dir)
+    os.environ[cpu_mode.RANKS_PER_NODE_ENV] = str(_ranks_on_this_node())
     inject.install_from_env()  # before train.py imports and initializes DeepSpeed
     build_environment(run_dir)  # GPT-NeoX's own makes of megatron/data: the job's python
     if info.rank == 0:
         record_provenance(run_dir, neox_dir)
-        print(f"[neoxlab] GPT-NeoX {neox_dir} on {info.world_size} ranks", file=terminal,
-              flush=True)
+        mode = f", {cpu_mode.BANNER}" if cpu_mode.applied() else ""
+        print(f"[neoxlab] GPT-NeoX {neox_dir} on {info.world_size} ranks{mode}",
+              file=terminal, flush=True)
         build_data_helpers(neox_dir, run_dir)  # a failure aborts the job: no rank waits
     _barrier()
     try:
@@ -157,6 +159,18 @@ def run(cfg: Config, run_dir: Path, info: dist.RankInfo, terminal: TextIO | None
     _barrier()
     if info.rank == 0:
         finish(cfg, run_dir, info.world_size, terminal)
+
+
+def _ranks_on_this_node() -> int:
+    """The ranks sharing this node (MPI's shared-memory split, as run.dist finds LOCAL_RANK):
+    GPT-NeoX's device count in CPU mode, so that rank % count is the local rank."""
+    from mpi4py import MPI
+
+    local = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED, key=MPI.COMM_WORLD.Get_rank())
+    try:
+        return local.Get_size()
+    finally:
+        local.Free()
 
 
 def _barrier() -> None:

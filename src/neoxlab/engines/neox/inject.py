@@ -62,13 +62,26 @@ def install_from_env():
     _state.busy = True
     try:
         run_dir = Path(value)
-        _state.patch = install_for_run(load_config(run_dir), load_layout(run_dir))
+        cfg, layout = load_config(run_dir), load_layout(run_dir)
+        adapt(cfg, layout)
+        _state.patch = install_for_run(cfg, layout)
         _state.installed = True
     finally:
         _state.busy = False
     if _state.patch is not None:
         atexit.register(write_rows)
     return _state.patch
+
+
+def adapt(cfg, layout) -> None:
+    """GPT-NeoX fitted to this process: our DeepSpeed's eval_batch (compat, everywhere) and,
+    on a CPU cluster only, CPU mode (cpu_mode: torch.cuda patched; a GPU rank is untouched)."""
+    from neoxlab.engines.neox import compat, cpu_mode
+
+    compat.apply()
+    if cpu_mode.wanted(cfg.cluster.device):
+        cpu_mode.apply(cpu_mode.ranks_per_node_from_env(
+            min(cfg.cluster.ranks_per_node, layout.world_size)))
 
 
 def write_rows(rank: int | None = None) -> Path | None:

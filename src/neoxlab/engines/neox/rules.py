@@ -17,6 +17,7 @@ from neoxlab.engines.neox.toolchain import (
     toolchain_problem,
     torch_cxx_standard,
 )
+from neoxlab.files import REPO_ROOT
 
 NEEDS_VOCAB = {"GPT2BPETokenizer", "SPMTokenizer", "HFTokenizer", "TiktokenTokenizer"}
 NEEDS_MERGES = {"GPT2BPETokenizer"}
@@ -68,12 +69,8 @@ def validate_neox(cfg: Config) -> list[str]:
             "set; add cluster.neox_dir=/path/to/gpt-neox (see patches/upstream.lock for the "
             "tested commit)"
         )
-    if c.device == "cpu":
-        errors.append(
-            f"engine=neox runs GPT-NeoX, which needs CUDA GPUs, but cluster '{c.name}' has "
-            "device 'cpu'; pick a GPU cluster (e.g. cluster=lassen or cluster=slurm) or use "
-            "engine=builtin here"
-        )
+    elif c.scheduler == "local" and (problem := check_neox_dir(c.neox_dir)):
+        errors.append(problem)  # local ranks run the checkout on this machine
     if cfg.task.name != "train":
         errors.append(
             f"engine=neox runs GPT-NeoX's train.py, so task.name must be 'train' (got "
@@ -102,6 +99,13 @@ def _fused_kernel_errors(cfg: Config) -> list[str]:
     wanted = [key for key in FUSED_KERNEL_ARGS if cfg.engine.neox_args.get(key) is True]
     if not wanted:
         return []
+    if cfg.cluster.device == "cpu":
+        return [
+            f"engine.neox_args.{key}=true asks for a CUDA kernel, but cluster "
+            f"'{cfg.cluster.name}' has device 'cpu' (GPT-NeoX runs in CPU mode there); drop "
+            f"the key (neox.yml renders it off on CPU) or pick a GPU cluster"
+            for key in wanted
+        ]
     standard = torch_cxx_standard()
     problem = toolchain_problem(list(cfg.cluster.modules), standard)
     if problem is None:
@@ -117,13 +121,18 @@ def _fused_kernel_errors(cfg: Config) -> list[str]:
 
 
 def _data_errors(cfg: Config) -> list[str]:
+    """data.source=stdlib: our pipeline writes the prefix (engines/neox/data.py, GPT-NeoX's
+    CharLevelTokenizer, no tokenizer file); data.source=file: the user's prefix + tokenizer."""
     d = cfg.data
+    if d.source == "stdlib":
+        return []
     errors = []
     if d.source != "file" or not d.path:
         errors.append(
             f"engine=neox trains on GPT-NeoX's preprocessed data, but data.source='{d.source}'"
-            f", data.path={d.path!r}; set data.source=file data.path=<prefix> (the prefix of "
-            "<prefix>.bin/.idx written by GPT-NeoX's tools/datasets/preprocess_data.py)"
+            f", data.path={d.path!r}; set data.source=stdlib (neoxlab writes the prefix) or "
+            "data.source=file data.path=<prefix> (the prefix of <prefix>.bin/.idx written by "
+            "GPT-NeoX's tools/datasets/preprocess_data.py)"
         )
     elif d.path.endswith(RAW_SUFFIXES):
         errors.append(
@@ -167,12 +176,14 @@ def check_neox_dir(path: str | None) -> str | None:
     """None when path is a GPT-NeoX checkout here; otherwise the problem and its fix."""
     if path is None:
         return "cluster.neox_dir is not set; add cluster.neox_dir=/path/to/gpt-neox"
-    root = Path(path)
+    root = Path(path).expanduser()
+    root = root if root.is_absolute() else REPO_ROOT / root  # as launch.checkout_dir
     if not root.is_dir():
         return (
-            f"cluster.neox_dir='{path}' does not exist on this machine; clone GPT-NeoX there "
-            "(git clone https://github.com/EleutherAI/gpt-neox, then check out the commit in "
-            "patches/upstream.lock) or fix the path"
+            f"cluster.neox_dir='{path}' ({root}) does not exist on this machine; clone "
+            "GPT-NeoX there (git clone https://github.com/EleutherAI/gpt-neox, then check out "
+            "the commit in patches/upstream.lock), or `make neox-checkout` to unpack the "
+            "vendored one into build/gpt-neox, or fix the path"
         )
     missing = [p for p in ("train.py", "megatron/neox_arguments") if not (root / p).exists()]
     if missing:
