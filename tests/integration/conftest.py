@@ -46,6 +46,18 @@ def requires_slurm() -> None:
 
 
 @pytest.fixture(scope="session")
+def neox_dir() -> Path:
+    """The GPT-NeoX checkout (tests/integration/neox_checkout.py: the vendored tarball
+    unpacked once into build/gpt-neox); skips with the reason without one."""
+    from tests.integration.neox_checkout import checkout
+
+    path, why = checkout()
+    if path is None:
+        pytest.skip(why)
+    return path
+
+
+@pytest.fixture(scope="session")
 def requires_emulated_slurm() -> None:
     """For runs on the emulated cluster with cluster.launcher=srun (its own multi-node Slurm):
     skip with the reason without slurm-wlm and munged; fail when CI requires it. Session

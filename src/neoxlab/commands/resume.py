@@ -18,9 +18,8 @@ from neoxlab.commands.check import check, exit_on_config_error
 from neoxlab.commands.here import run_here
 from neoxlab.commands.status import live_ranks, report
 from neoxlab.config import Config, ConfigError
-from neoxlab.engines.builtin import checkpoints
 from neoxlab.engines.builtin.reporting import metrics_up_to
-from neoxlab.engines.registry import without_checkpoints
+from neoxlab.engines.registry import engine_of, not_resumable
 from neoxlab.launch.manifest import read as read_manifest
 from neoxlab.launch.schedulers import scheduler_module
 from neoxlab.launch.slurm import local_slurm_refusal
@@ -43,11 +42,11 @@ def check_resumable(run_dir: Path) -> Config:
         )
     cfg = rundir.load_config(run_dir)
     check(cfg)  # a config.json edited into an invalid one is refused here
-    kind = without_checkpoints(cfg)
+    kind = not_resumable(cfg)
     if kind is not None:
         raise ConfigError(
-            f"{run_dir} is {kind}; only builtin "
-            "training runs have checkpoints to resume; start a new run with make run"
+            f"{run_dir} is {kind}; only training runs (builtin or neox) have checkpoints to "
+            "resume; start a new run with make run"
         )
     if cfg.cluster.scheduler == "local":
         alive = live_ranks(run_dir)
@@ -95,10 +94,9 @@ def resubmit(cfg: Config, run_dir: Path) -> int:
 
 
 def plan_line(run_dir: Path, cfg: Config) -> str:
-    found = checkpoints.scan(run_dir)
-    good = checkpoints.usable(found)
-    if good:
-        where = f"from the checkpoint after step {good[0].step} of {cfg.train.steps}"
+    step = engine_of(cfg).resume_step(run_dir)
+    if step is not None:
+        where = f"from the checkpoint after step {step} of {cfg.train.steps}"
     else:
         where = f"from step 0 of {cfg.train.steps} (no usable checkpoint)"
     return f"[neoxlab] resuming {run_dir} {where}"

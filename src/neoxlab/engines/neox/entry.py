@@ -33,8 +33,9 @@ from neoxlab.engines.neox.launch import LOCK_FILE, checkout_dir, read_lock
 from neoxlab.engines.neox.metrics import collect_metrics
 from neoxlab.engines.neox.outcome import EndedEarly, early_exit_error
 from neoxlab.engines.neox.render import NEOX_YML
+from neoxlab.engines.neox.stop import StopHook
 from neoxlab.run import device, dist, rundir
-from neoxlab.run.rankjob import run_rank
+from neoxlab.run.rankjob import Preempted, run_rank
 
 
 def megatron_config(run_dir: Path, neox_dir: Path) -> dict[str, Any]:
@@ -150,15 +151,23 @@ def run(cfg: Config, run_dir: Path, info: dist.RankInfo, terminal: TextIO | None
               file=terminal, flush=True)
         build_data_helpers(neox_dir, run_dir)  # a failure aborts the job: no rank waits
     _barrier()
+    hook = StopHook(run_dir, cfg.launch.hold_step).install()
     try:
         run_train_py(train_argv(run_dir, neox_dir), neox_dir)
     except EndedEarly as exc:
-        check_ended_early(exc, run_dir, info.rank)  # raises (-> abort) unless asked for
+        if hook.stopped_at is None:
+            check_ended_early(exc, run_dir, info.rank)  # raises (-> abort) unless asked for
+    finally:
+        hook.uninstall()
     sys.stdout.flush()
     inject.write_rows(info.rank)
     _barrier()
     if info.rank == 0:
         finish(cfg, run_dir, info.world_size, terminal)
+    if hook.stopped_at is not None:  # GPT-NeoX saved its checkpoint and left its loop
+        step, name = hook.stopped_at, hook.signal_name()
+        raise Preempted(f"{name} after step {step}; GPT-NeoX checkpoint global_step{step}",
+                        preempted_step=step, signal=name)
 
 
 def _ranks_on_this_node() -> int:

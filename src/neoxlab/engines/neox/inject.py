@@ -140,12 +140,15 @@ class _CallbackLoader(importlib.abc.Loader):
         self.callback()
 
 
+def after_import(module: str, callback) -> None:
+    """Call `callback()` once `module` has been imported (now, if it already is)."""
+    if module in sys.modules:
+        callback()
+    elif not any(isinstance(f, _AfterImport) and f.name == module for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterImport(module, callback))
+
+
 def arm(module: str = "deepspeed") -> None:
     """Install the patch as soon as `module` is imported (now, if it already is)."""
-    if not os.environ.get(RUN_DIR_ENV):
-        return
-    if module in sys.modules:
-        install_from_env()
-        return
-    if not any(isinstance(f, _AfterImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _AfterImport(module, install_from_env))
+    if os.environ.get(RUN_DIR_ENV):
+        after_import(module, install_from_env)

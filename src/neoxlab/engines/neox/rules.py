@@ -19,6 +19,8 @@ from neoxlab.engines.neox.toolchain import (
 )
 from neoxlab.files import REPO_ROOT
 
+CHAR_LEVEL_VOCAB = 512  # GPT-NeoX's CharLevelTokenizer(vocab_size=512) (megatron/tokenizer)
+NEOX_TASKS = ("train", "predict")  # predict launches nothing: it models the train run
 NEEDS_VOCAB = {"GPT2BPETokenizer", "SPMTokenizer", "HFTokenizer", "TiktokenTokenizer"}
 NEEDS_MERGES = {"GPT2BPETokenizer"}
 RAW_SUFFIXES = (".bin", ".idx", ".txt", ".json", ".jsonl", ".zst", ".gz", ".parquet")
@@ -71,10 +73,11 @@ def validate_neox(cfg: Config) -> list[str]:
         )
     elif c.scheduler == "local" and (problem := check_neox_dir(c.neox_dir)):
         errors.append(problem)  # local ranks run the checkout on this machine
-    if cfg.task.name != "train":
+    if cfg.task.name not in NEOX_TASKS:
         errors.append(
-            f"engine=neox runs GPT-NeoX's train.py, so task.name must be 'train' (got "
-            f"'{cfg.task.name}'); use engine=builtin for task={cfg.task.name}"
+            f"engine=neox runs GPT-NeoX's train.py, so task.name must be 'train' (or "
+            f"'predict', which models that run) (got '{cfg.task.name}'); use engine=builtin "
+            f"for task={cfg.task.name}"
         )
     if cfg.zero.stage >= 2:
         errors.append(
@@ -125,6 +128,14 @@ def _data_errors(cfg: Config) -> list[str]:
     CharLevelTokenizer, no tokenizer file); data.source=file: the user's prefix + tokenizer."""
     d = cfg.data
     if d.source == "stdlib":
+        if cfg.model.vocab_size != CHAR_LEVEL_VOCAB:
+            return [
+                f"model.vocab_size={cfg.model.vocab_size} with engine=neox and data.source="
+                f"stdlib: GPT-NeoX's CharLevelTokenizer (which reads our data) has "
+                f"{CHAR_LEVEL_VOCAB} ids, so its embedding and head are that size and our "
+                f"FLOPs, memory and DP/ZeRO bytes would be wrong; set model.vocab_size="
+                f"{CHAR_LEVEL_VOCAB}"
+            ]
         return []
     errors = []
     if d.source != "file" or not d.path:
