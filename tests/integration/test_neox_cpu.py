@@ -119,7 +119,7 @@ def _by_dim(run_dir: Path) -> dict[str, dict]:
 
 @pytest.mark.parametrize("member", sorted(SCHEMES))
 def test_every_dimension_of_gpt_neox_is_compressed_at_the_schemes_ratio(compare, member):
-    """DP, ZeRO and TP rows carry only coded fp32 payloads: their ratio is the scheme's.
+    """DP, ZeRO and TP rows carry coded fp32 payloads: their ratio is the scheme's.
     PP rows mix what DeepSpeed's pipeline sends per micro-batch: the fp32 activation (or its
     gradient), GPT-NeoX's attention mask cast to fp16 (ZFP at rate r codes 16 bits into r:
     half the fp32 ratio, none at rate 24) and metadata under min_bytes (raw); so there the
@@ -137,8 +137,10 @@ def test_every_dimension_of_gpt_neox_is_compressed_at_the_schemes_ratio(compare,
         elif dim == "pp":
             got = seen["mixed"][0] / seen["mixed"][1]
             assert 1.05 < got <= ratio * 1.01, (member, dim, got)
-        else:
-            got = seen["full"][0] / seen["full"][1]
+        else:  # rows whose calls were all coded, else (ZeRO: a small raw gather beside
+            # each coded one) the mixed ones, whose few raw bytes stay within the tolerance
+            coded = seen["full"] if seen["full"][1] else seen["mixed"]
+            got = coded[0] / coded[1]
             assert got == pytest.approx(ratio, rel=0.05), (member, dim, got)
 
 
