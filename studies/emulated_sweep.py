@@ -13,7 +13,7 @@ Needs root + iproute2; run it alone (it is heavy, about 15 minutes with the defa
 Appends to results/tables/emulated_sweep.sweep.csv (a row per layout, rate and scheme; a
 point measured again replaces its row), then `make figures EXP=emulated_sweep` draws it.
 
---tuned: at each rate, task=tune first (predicted only, neoxlab.emulated.points.tune_point);
+--tuned: at each rate, task=tune first (predicted only, studies/sweep_points.py tune_point);
 its pick runs as scheme "tuned", interleaved with the others, and the rows keep the tuner's
 predicted step (and for the pick its predicted and carried uplink payload per step: the
 median run's uplinks less those of one 3-step run of the pick, over the steps between). The
@@ -38,8 +38,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from neoxlab.emulated.points import run_point, tune_point
-from neoxlab.emulated.sweep import (
+from sweep_points import run_point, tune_point
+from sweep_runs import (
     LAYOUTS,
     SCHEMES,
     TABLE,

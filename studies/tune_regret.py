@@ -23,8 +23,9 @@ import re
 import sys
 from pathlib import Path
 
-from neoxlab.emulated.points import run_point, tune_point
-from neoxlab.emulated.sweep import LAYOUTS, read_jsonl
+from sweep_points import run_point, tune_point
+from sweep_runs import LAYOUTS, rows_of
+
 from neoxlab.files import REPO_ROOT
 
 REPO = Path(__file__).resolve().parents[1]
@@ -89,7 +90,7 @@ def main() -> int:
     args = parser.parse_args()
     args.results = args.results.resolve()
     store = args.results / RUNS
-    runs = read_jsonl(store) if store.exists() else []
+    runs = rows_of(store) if store.exists() else []
     if not args.from_runs:
         done = {(r["layout"], r["rate_mbit"], r["label"]) for r in runs}
         todo = {rate: [o for o in options(args.layout, rate, args.count, args)

@@ -1,17 +1,21 @@
-"""The goals the tuner's pick is held to on the emulated sweep (neoxlab.emulated.sweep) and the
+"""The goals the tuner's pick is held to on the emulated sweep (studies/sweep_runs.py) and the
 regret study's ranking measure (studies/tune_regret.py), on small fixtures."""
 
 import csv
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
-from neoxlab.emulated import sweep
-from neoxlab.emulated.wire import HEADER_BYTES
+from neoxlab.perfmodel.wire import HEADER_BYTES
 
-STUDY = Path(__file__).resolve().parents[2] / "studies" / "tune_regret.py"
+STUDIES = Path(__file__).resolve().parents[2] / "studies"
+sys.path.insert(0, str(STUDIES))  # as `python studies/<name>.py` has it: its helpers by name
+import sweep_runs as sweep  # noqa: E402
+
+STUDY = STUDIES / "tune_regret.py"
 spec = importlib.util.spec_from_file_location("tune_regret", STUDY)
 tune_regret = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(tune_regret)

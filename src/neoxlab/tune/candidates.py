@@ -17,6 +17,7 @@ import torch
 from neoxlab.comm.compression_rules import validate_compression
 from neoxlab.comm.policy import communication_dtype
 from neoxlab.compress import CompressionConfigError, make_compressor, parse_spec
+from neoxlab.compress.registry import tune_candidates
 from neoxlab.config import Config, DimCompressionConfig
 from neoxlab.engines.registry import engine_of
 from neoxlab.layout import Layout
@@ -91,6 +92,12 @@ class Scheme:
         return ", ".join(shown) or "none"
 
 
+def tune_codecs(cfg: Config) -> list[str]:
+    """The specs the tuner tries: tune.codecs, or every registered codec's candidates when
+    it names none (a new codec is tried without a config change)."""
+    return list(cfg.tune.codecs) or tune_candidates()
+
+
 def active_dims(cfg: Config, layout: Layout) -> dict[str, str | None]:
     """Every compressible dimension -> None when this layout sends traffic on it, else why
     it does not."""
@@ -125,7 +132,7 @@ def enumerate_candidates(cfg: Config, layout: Layout) -> tuple[list[Candidate], 
             excluded.append(Excluded(dim, "none", idle))
             continue
         dtype = dim_dtype(cfg, dim)
-        for spec in t.codecs:
+        for spec in tune_codecs(cfg):
             reason = _unusable(spec, dtype)
             if reason:
                 excluded.append(Excluded(dim, spec, reason))
@@ -190,7 +197,7 @@ def scheme_errors(cfg: Config, scheme: Scheme) -> list[str]:
     """The compression rules on the scheme applied to cfg (empty: it can run)."""
     if not scheme.consistent():
         return [f"{scheme.label}: its dimensions ask for different compression.allreduce"]
-    return validate_compression(apply(cfg, scheme))
+    return validate_compression(apply(cfg, scheme), trains=True)  # the runs tune starts train
 
 
 def overrides(cfg: Config, scheme: Scheme) -> list[str]:

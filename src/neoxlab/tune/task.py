@@ -18,9 +18,9 @@ from pathlib import Path
 from neoxlab.comm import capture
 from neoxlab.compress import make_compressor
 from neoxlab.config import Config, ConfigError
-from neoxlab.emulated.wire import accounted_between_nodes, payload_bytes
 from neoxlab.engines.registry import engine_of
 from neoxlab.layout import Layout, resolve_layout
+from neoxlab.perfmodel.wire import accounted_between_nodes, payload_bytes
 from neoxlab.results import figures
 from neoxlab.run import rundir
 from neoxlab.tune import guard, insitu, proxy
@@ -30,6 +30,7 @@ from neoxlab.tune.candidates import (
     dim_dtype,
     enumerate_candidates,
     overrides,
+    tune_codecs,
     without_scheme,
 )
 from neoxlab.tune.choose import Scored, combine, predict_fixed, score_candidates
@@ -38,7 +39,7 @@ from neoxlab.tune.probe import Budget, Run, Runner, estimate_s
 from neoxlab.tune.ranked import export_ranked, uplink_bytes
 from neoxlab.tune.report import Outcome, table, write_config, write_tables
 
-TUNE_DIR = "tune"  # under launch.results_dir; `make collect` skips it
+TUNE_DIR = "tune"  # under launch.results_dir (the task record's output_dir): not an experiment
 OWN_KEYS = ("experiment=", "task=", "launch.results_dir=", "launch.submit=")
 
 
@@ -52,7 +53,7 @@ def rules(cfg: Config, world: int) -> list[str]:
     if unknown:
         errors.append(f"tune.dims has {unknown}; compressible dimensions are tp, pp, dp, zero "
                       "(control traffic is never compressed)")
-    for spec in t.codecs:
+    for spec in tune_codecs(cfg):
         try:
             make_compressor(spec)
         except ValueError as exc:
@@ -152,7 +153,8 @@ def tune(cfg: Config, layout: Layout, run_dir: Path, user: list[str]) -> Outcome
     clock = time.perf_counter()
     measure = t.measure
     runner = Runner(cfg.experiment, user, run_dir, t.run_timeout_s)
-    found = insitu.resolve(cfg, measure=measure or insitu.runs_here(cfg), specs=t.codecs)
+    found = insitu.resolve(cfg, measure=measure or insitu.runs_here(cfg),
+                           specs=tune_codecs(cfg))
     if insitu.needs_intra_check(cfg, layout, found):
         found = _intra_check(cfg, layout, runner, found)
     insitu.write_into(run_dir, found)
@@ -217,7 +219,7 @@ def _intra_check(cfg: Config, layout: Layout, runner: Runner, found: insitu.InSi
     if run.error or run.run_dir is None:
         raise RuntimeError(f"the tuner's intra-node link run failed: {run.error or 'no run dir'}")
     insitu.record_intra_check(cfg, layout, found, run.run_dir)
-    return insitu.resolve(cfg, measure=True, specs=cfg.tune.codecs)
+    return insitu.resolve(cfg, measure=True, specs=tune_codecs(cfg))
 
 
 def _lap(clock: float) -> tuple[float, float]:

@@ -20,7 +20,6 @@ from neoxlab.engines.neox.toolchain import (
 from neoxlab.files import REPO_ROOT
 
 CHAR_LEVEL_VOCAB = 512  # GPT-NeoX's CharLevelTokenizer(vocab_size=512) (megatron/tokenizer)
-NEOX_TASKS = ("train", "predict")  # predict launches nothing: it models the train run
 NEEDS_VOCAB = {"GPT2BPETokenizer", "SPMTokenizer", "HFTokenizer", "TiktokenTokenizer"}
 NEEDS_MERGES = {"GPT2BPETokenizer"}
 RAW_SUFFIXES = (".bin", ".idx", ".txt", ".json", ".jsonl", ".zst", ".gz", ".parquet")
@@ -61,8 +60,9 @@ OWNED_BY = {
 }
 
 
-def validate_neox(cfg: Config) -> list[str]:
-    """engine=neox's rules, each with its fix."""
+def validate_neox(cfg: Config, trains: bool = True) -> list[str]:
+    """engine=neox's rules, each with its fix; `trains`: the task's record says its ranks
+    train (GPT-NeoX runs only its train.py)."""
     errors: list[str] = []
     c = cfg.cluster
     if c.neox_dir is None:
@@ -71,13 +71,10 @@ def validate_neox(cfg: Config) -> list[str]:
             "set; add cluster.neox_dir=/path/to/gpt-neox (see patches/upstream.lock for the "
             "tested commit)"
         )
-    elif c.scheduler == "local" and (problem := check_neox_dir(c.neox_dir)):
-        errors.append(problem)  # local ranks run the checkout on this machine
-    if cfg.task.name not in NEOX_TASKS:
+    if not trains:
         errors.append(
-            f"engine=neox runs GPT-NeoX's train.py, so task.name must be 'train' (or "
-            f"'predict', which models that run) (got '{cfg.task.name}'); use engine=builtin "
-            f"for task={cfg.task.name}"
+            f"engine=neox runs GPT-NeoX's train.py, so task.name must be 'train' (got "
+            f"'{cfg.task.name}'); use engine=builtin for task={cfg.task.name}"
         )
     if cfg.zero.stage >= 2:
         errors.append(
@@ -203,6 +200,16 @@ def check_neox_dir(path: str | None) -> str | None:
             "point it at the repository root"
         )
     return None
+
+
+def check_local_checkout(cfg: Config) -> list[str]:
+    """The data check for ranks that run on this machine (local, emulated): the checkout is
+    here (a missing one would fail every rank at start-up); not when nothing will start
+    (launch.submit=false only plans)."""
+    if not cfg.launch.submit or not cfg.cluster.neox_dir:
+        return []
+    problem = check_neox_dir(cfg.cluster.neox_dir)
+    return [problem] if problem else []
 
 
 def check_neox_inputs(cfg: Config) -> list[str]:
