@@ -33,7 +33,7 @@ def reduce_once(spec: str, n: int, error_feedback: bool, per_chunk: bool = False
     return cost, c.stats, x, res
 
 
-@pytest.mark.parametrize("spec", ["zfp:rate=8", "int8", "int4", "fp16", "none"])
+@pytest.mark.parametrize("spec", ["zfp:rate=8", "int8", "int4", "fp8", "fp16", "none"])
 @pytest.mark.parametrize("error_feedback", [False, True])
 def test_a_dp64_all_reduce_makes_a_few_codec_calls_and_timed_blocks(spec, error_feedback):
     cost, stats, _, _ = reduce_once(spec, 64, error_feedback)
@@ -45,14 +45,14 @@ def test_a_dp64_all_reduce_makes_a_few_codec_calls_and_timed_blocks(spec, error_
     assert len(cost.spans) <= (7 if error_feedback else 6)
 
 
-@pytest.mark.parametrize("spec", ["zfp:rate=8", "int8", "int4", "fp16"])
+@pytest.mark.parametrize("spec", ["zfp:rate=8", "int8", "int4", "fp8", "fp16"])
 def test_the_counts_do_not_grow_with_the_group(spec):
     small, large = reduce_once(spec, 8, True), reduce_once(spec, 64, True)
     assert len(small[0].spans) == len(large[0].spans)
     assert (small[1].calls, small[1].decodes) == (large[1].calls, large[1].decodes)
 
 
-@pytest.mark.parametrize("spec", ["zfp:rate=8", "int8", "int4", "fp16"])
+@pytest.mark.parametrize("spec", ["zfp:rate=8", "int8", "int4", "fp8", "fp16"])
 @pytest.mark.parametrize("error_feedback", [False, True])
 def test_one_call_gives_the_bytes_of_one_call_per_chunk(spec, error_feedback):
     """The payload of the chunks end to end is the chunks' payloads end to end: the sums and
