@@ -60,6 +60,7 @@ def cuda_support() -> CudaSupport:
     host-only). mpi4py loads libmpi privately (RTLD_LOCAL), so the symbol is looked up
     through mpi4py's own extension (its dependencies included), then in every loaded libmpi
     file, not in the global namespace alone."""
+    # deferred: mpi4py initialises MPI on import
     from mpi4py import MPI
 
     library = MPI.Get_library_version().strip().splitlines()[0].strip()
@@ -111,6 +112,7 @@ def announce(support: CudaSupport) -> None:
 
 
 def library_version() -> str:
+    # deferred: mpi4py initialises MPI on import
     from mpi4py import MPI
 
     return MPI.Get_library_version().strip()
@@ -199,6 +201,7 @@ class MpiProcessGroup(dist.ProcessGroup):
     # ---- collectives ----------------------------------------------------------------
     @_counted
     def allreduce(self, tensors: Sequence[torch.Tensor], opts=None):
+        # deferred: mpi4py initialises MPI on import
         from mpi4py import MPI
 
         op, average = _mpi_op(_reduce_op(opts), MPI)
@@ -214,6 +217,7 @@ class MpiProcessGroup(dist.ProcessGroup):
 
     @_counted
     def reduce(self, tensors: Sequence[torch.Tensor], opts=None):
+        # deferred: mpi4py initialises MPI on import
         from mpi4py import MPI
 
         op, average = _mpi_op(_reduce_op(opts), MPI)
@@ -264,6 +268,7 @@ class MpiProcessGroup(dist.ProcessGroup):
 
     @_counted
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts=None):
+        # deferred: mpi4py initialises MPI on import
         from mpi4py import MPI
 
         op, average = _mpi_op(_reduce_op(opts), MPI)
@@ -336,6 +341,7 @@ class MpiProcessGroup(dist.ProcessGroup):
         return _finished(list(tensors))
 
     def shutdown(self) -> None:
+        # deferred: mpi4py initialises MPI on import
         from mpi4py import MPI
 
         if self.comm != MPI.COMM_NULL and not MPI.Is_finalized():
@@ -390,6 +396,7 @@ def _mpi_view(tensor: torch.Tensor):
 def create(options, backend_options=None) -> MpiProcessGroup:
     """torch's creator hook (extended API): a communicator over the group's global ranks,
     which are MPI_COMM_WORLD ranks (neoxlab.run.dist exports RANK from MPI)."""
+    # deferred: mpi4py initialises MPI on import
     from mpi4py import MPI
 
     world = MPI.COMM_WORLD

@@ -36,6 +36,7 @@ def triton_for(device: torch.device) -> ModuleType | None:
             raise RuntimeError("NEOXLAB_CODEC_KERNELS=triton but triton is not importable; "
                                "pip install triton or use NEOXLAB_CODEC_KERNELS=torch")
         return None
+    # deferred: importing Triton costs seconds; only where its kernels run
     from neoxlab.compress import triton_kernels
 
     return triton_kernels

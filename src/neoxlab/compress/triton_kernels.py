@@ -14,6 +14,8 @@ tensors under Triton's interpreter (TRITON_INTERPRET=1, set before this module i
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -29,8 +31,6 @@ _EXACT = {"enable_fp_fusion": False}
 
 def available(device: torch.device) -> bool:
     """Whether these kernels run for tensors on device (CUDA, or any under the interpreter)."""
-    import os
-
     return device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Protocol
 
 import torch
+import torch.distributed as dist  # only where a world group exists
 
 from neoxlab.comm.online import PLAN_FILE, RECORD_FILE, DimTable, Measured, Recheck
 from neoxlab.comm.patch import CompressionPatch
@@ -54,8 +55,6 @@ class RawCollectives:
     bytes are neither accounted nor compressed."""
 
     def __init__(self, patch: CompressionPatch):
-        import torch.distributed as dist  # only where a world group exists
-
         self.raw = patch.raw
         self.device = group_device(str(dist.get_backend()))
 

@@ -35,6 +35,7 @@ def eval_batch_with_metrics(eval_batch):
 
 def apply() -> None:
     """Wrap DeepSpeed's PipelineEngine.eval_batch (once)."""
+    # deferred: deepspeed is slow to import; the rules and tests reading this module do not need it
     from deepspeed.runtime.pipe.engine import PipelineEngine
 
     if not getattr(PipelineEngine.eval_batch, _MARK, False):

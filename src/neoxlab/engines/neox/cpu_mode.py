@@ -24,6 +24,9 @@ import os
 import sys
 from typing import Any
 
+import torch
+import torch.cuda.nvtx
+
 OWN_MODULES = "megatron"  # GPT-NeoX's package: the callers that are told CUDA is present
 BANNER = "GPT-NeoX runs in CPU mode (torch.cuda patched at run time; docs/neox.md)"
 RANKS_PER_NODE_ENV = "NEOXLAB_RANKS_PER_NODE"
@@ -83,14 +86,10 @@ def _tensor_cuda(self, device: Any = None, non_blocking: bool = False, **kwargs:
 
 
 def _get_rng_state(device: Any = "cuda"):
-    import torch
-
     return torch.get_rng_state()  # checkpoints save it beside the CPU state
 
 
 def _set_rng_state(state: Any, device: Any = "cuda") -> None:
-    import torch
-
     torch.set_rng_state(state)
 
 
@@ -98,8 +97,6 @@ def _adamw_factory():
     """FusedAdam's signature, building torch's AdamW (decoupled weight decay, FusedAdam's
     default adam_w_mode); the flags that only steer the fused kernel are dropped. A function,
     not a subclass: DeepSpeed's ZeRO accepts exactly the optimizer types it has tested."""
-    import torch
-
     def fused_adam_on_cpu(params, lr=1e-3, bias_correction=True, betas=(0.9, 0.999), eps=1e-8,
                           adam_w_mode=True, weight_decay=0.0, amsgrad=False,
                           set_grad_none=True):
@@ -121,9 +118,8 @@ def apply(ranks_per_node: int) -> None:
     """Install every CPU-mode patch in this process (once); see the module docstring."""
     if _state.applied:
         return
+    # deferred: deepspeed is slow to import; the rules and tests reading this module do not need it
     import deepspeed.ops.adam
-    import torch
-    import torch.cuda.nvtx
 
     cuda = torch.cuda
     _state.ranks_per_node = max(1, int(ranks_per_node))

@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+import torch
 import yaml
 
 from neoxlab.comm.records import format_totals, merge
@@ -77,8 +78,6 @@ def gpu_local_rank(rank: int, node_local_rank: int, device_count: int) -> int:
 
 
 def _device_count() -> int:
-    import torch
-
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
@@ -173,6 +172,7 @@ def run(cfg: Config, run_dir: Path, info: dist.RankInfo, terminal: TextIO | None
 def _ranks_on_this_node() -> int:
     """The ranks sharing this node (MPI's shared-memory split, as run.dist finds LOCAL_RANK):
     GPT-NeoX's device count in CPU mode, so that rank % count is the local rank."""
+    # deferred: mpi4py initialises MPI on import
     from mpi4py import MPI
 
     local = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED, key=MPI.COMM_WORLD.Get_rank())
@@ -183,6 +183,7 @@ def _ranks_on_this_node() -> int:
 
 
 def _barrier() -> None:
+    # deferred: mpi4py initialises MPI on import
     from mpi4py import MPI
 
     MPI.COMM_WORLD.Barrier()

@@ -41,7 +41,7 @@ def current():
 
 def load_layout(run_dir: Path):
     """The frozen layout of a planned run (layout.json), without re-validating the config."""
-    # function-level: the shim imports this module into every Python process (see below too)
+    # deferred: the shim imports this module into every process; the rest waits for a run
     from neoxlab.layout import Layout
     from neoxlab.run.rundir import read_json
 
@@ -55,7 +55,7 @@ def install_from_env():
     value = os.environ.get(RUN_DIR_ENV)
     if not value or _state.installed or _state.busy:
         return _state.patch
-    # function-level: the patch (and torch through it) loads only when it is installed
+    # deferred: the shim imports this module into every process; the rest waits for a run
     from neoxlab.comm.install import install_for_run
     from neoxlab.run.rundir import load_config
 
@@ -76,6 +76,7 @@ def install_from_env():
 def adapt(cfg, layout) -> None:
     """GPT-NeoX fitted to this process: our DeepSpeed's eval_batch (compat, everywhere) and,
     on a CPU cluster only, CPU mode (cpu_mode: torch.cuda patched; a GPU rank is untouched)."""
+    # deferred: the shim imports this module into every process; the rest waits for a run
     from neoxlab.engines.neox import compat, cpu_mode
 
     compat.apply()
@@ -88,7 +89,7 @@ def write_rows(rank: int | None = None) -> Path | None:
     """This rank's accounting -> run_dir/logs/comm.rank<N>.json (once; also at exit)."""
     if _state.patch is None or _state.rows_written:
         return None
-    # function-level: only a process that installed the patch writes its rows
+    # deferred: the shim imports this module into every process; the rest waits for a run
     from neoxlab.comm.records import write_rank_rows
 
     if rank is None:

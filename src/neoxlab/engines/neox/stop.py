@@ -52,6 +52,7 @@ class StopHook:
         self.signum = 0
 
     def install(self) -> StopHook:
+        # deferred: the shim's module (inject), only once a hook is installed
         from neoxlab.engines.neox.inject import after_import
 
         self.signals.install()
