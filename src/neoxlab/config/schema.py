@@ -14,6 +14,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
+from neoxlab.config.budget_map import error_budget as error_budget_from_map
 from neoxlab.config.profile import PerfProfile
 from neoxlab.emulated.config import EmulatedConfig
 
@@ -323,16 +324,18 @@ class TuneConfig:
     margin: float = 0.20
     margin_source: str = ("local model validation: six layouts within 20 % on an idle machine "
                           "(docs/measurements/2026-11-30-perfmodel-validation.md)")
-    # stage (a): relative error ||x - x'|| / ||x|| a codec may cause on a dimension's tensors
-    error_budget: dict[str, float] = field(default_factory=lambda: {
-        "tp": 0.0203, "pp": 0.0203, "dp": 0.0202, "zero": 0.00394})
-    budget_source: str = ("the loss-vs-rate map (neox_tiny, TP=2 x DP=2, 3 seeds x 150 steps): "
-                          "per dimension the largest proxy error of a codec whose loss deviated "
-                          "no more than naive's codec (ZFP rate 8) there, below every codec's "
-                          "that deviated more (docs/measurements/2026-12-04-loss-rate-map.md); "
-                          "the seed spread as the bar let int4 on DP through and that pick "
-                          "deviated more than naive on neox_small (2026-12-04-tune.md); pp, "
-                          "which the map has no traffic for, takes TP's: an assumption")
+    # stage (a): relative error ||x - x'|| / ||x|| a codec may cause on a dimension's tensors,
+    # computed from the loss-vs-rate map's data file (config/budget_map.py); an override
+    # tune.error_budget.<dim>=x replaces one dimension's
+    error_budget: dict[str, float] = field(default_factory=error_budget_from_map)
+    budget_source: str = ("the loss-vs-rate map (neox_tiny, TP=2 x DP=2, 3 seeds x 150 steps; "
+                          "docs/measurements/data/2026-12-04-loss-rate-map.rate_map.csv, "
+                          "config/budget_map.py): per dimension the largest proxy error of a "
+                          "codec whose loss deviated no more than naive's codec (ZFP rate 8) "
+                          "there, below every codec's that deviated more; the seed spread as "
+                          "the bar let int4 on DP through and that pick deviated more than "
+                          "naive on neox_small (2026-12-04-tune.md); pp, which the map has no "
+                          "traffic for, takes TP's: an assumption")
     # naive's codec: a dimension's budget is at least its error on the same tensors (guard.
     # budgets: the map's budgets are neox_tiny's; naive's codec errs more on other models'
     # parameters and stays harmless); "": the map's budgets alone
