@@ -304,7 +304,10 @@ class ServeConfig:
 
 # codecs task=tune tries on every compressible dimension, as compressor specs
 TUNE_CODECS = ("none", "zfp:rate=4", "zfp:rate=6", "zfp:rate=8", "zfp:rate=12", "zfp:rate=16",
-               "zfp:rate=24", "mpc", "fp16", "bf16", "int8", "int4")
+               "zfp:rate=24", "mpc", "fp16", "bf16", "int8", "int4") + (
+    # harsh ones, which the loss-vs-rate map found harmful or which lose most of a message:
+    # offered so that the guard has something to reject (docs/tune.md, issue 54)
+    "zfp:rate=2", "topk:ratio=0.01")
 
 
 @dataclass
@@ -345,9 +348,14 @@ class TuneConfig:
     capture_max_numel: int = 1 << 18  # a captured tensor's first elements kept
     warmup_steps: int = 4  # the shared checkpoint's step (the capture run's length)
     probe_steps: int = 8  # steps each probe trains after the shared checkpoint
-    noise_seeds: int = 1  # baselines with other train.seed values, from scratch: seed noise
-    noise_factor: float = 0.5  # a probe fails when it deviates > this x the seed noise
+    # noise runs: the baseline's shared checkpoint trained on uncompressed with other data
+    # orders (data.seed + 1, + 2, ...) over the probes' steps: the spread a probe can show
+    noise_seeds: int = 1
+    noise_factor: float = 0.5  # a probe fails when it deviates > this x the noise gap
     probe_share: float = 0.10  # the probes' cost cap, as a share of the guarded run
+    # the first noise run and the first probe run even over the cap (stage (b) always runs
+    # when tune.measure=true; a line says so); false: what does not fit is not run
+    always_probe: bool = True
     top_per_dim: int = 2  # candidates per dimension combined into schemes
     finalists: int = 3  # schemes probed at most
     # fixed schemes (configs/compression/<name>.yaml) predicted beside the pick
