@@ -358,9 +358,11 @@ class TuneConfig:
     always_probe: bool = True
     top_per_dim: int = 2  # candidates per dimension combined into schemes
     finalists: int = 3  # schemes probed at most
-    # fixed schemes (configs/compression/<name>.yaml) predicted beside the pick
+    # fixed schemes (configs/compression/<name>.yaml) predicted beside the pick: the paper's
+    # and one per codec family the tuner may pick, on every dimension
     compare: list[str] = field(default_factory=lambda: ["none", "naive", "zhybrid",
-                                                        "mzhybrid"])
+                                                        "mzhybrid", "int8", "int4", "fp16",
+                                                        "bf16"])
     config_dir: str = "configs/compression"  # where the chosen scheme's YAML goes (repo-relative)
     run_timeout_s: int = 1800  # one capture or probe run
     # > 0: up to this many guard-passing schemes, spread over the predicted ranking (the
