@@ -349,8 +349,7 @@ def _fits(budget: Budget, estimate: float, anyway: bool, what: str, over: list[s
     line = (f"{what} (about {estimate:.0f} s) is over the probe cap ({left:.0f} of "
             f"{budget.cap_s:.0f} s left)")
     line += ("; run anyway (tune.always_probe: stage (b) runs at least one noise run and one "
-             "probe)" if anyway else "; not run (raise tune.probe_share or train.steps, or "
-             "set tune.always_probe=true)")
+             "probe)" if anyway else "; not run (raise tune.probe_share or train.steps)")
     over.append(line)
     say(f"stage (b): {line}")
     return anyway
