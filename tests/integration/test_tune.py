@@ -127,6 +127,9 @@ def test_stage_b_rejects_the_fastest_finalist_that_passed_stage_a(tuned):
     assert "> threshold" in first["guard"] and first["probe_deviation"] > first["probe_threshold"]
     assert second["chosen"] and "dp=int8" in second["label"]
     assert "stage (b): probe 1 done" in stdout and "REJECTED" in stdout
+    recorded = json.loads((run_dir / "tune.json").read_text())["probes"]
+    assert [(p["run"], p["label"], p["ok"]) for p in recorded] == [
+        ("probe1", first["label"], False), ("probe2", second["label"], True)]
     for name in ("probe1", "probe2"):
         (probe,) = (run_dir / "runs" / name / "tune_local").iterdir()
         status = json.loads((probe / "status.json").read_text())

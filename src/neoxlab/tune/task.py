@@ -137,6 +137,11 @@ def summary(cfg: Config, out: Outcome, config: Path, ranked: int) -> dict:
         "baseline_uplink_payload_bytes_per_step": uplink_bytes(cfg, out.base.scheme,
                                                                out.profile),
         "ranked": ranked,  # schemes in <run_dir>/ranked.json (tune.export_ranked)
+        # stage (b)'s probes in the order run (runs/probe<k>): deviation, threshold, verdict
+        "probes": [{"run": f"probe{k}", "label": label, "deviation": dev, "threshold": thr,
+                    "ok": out.scheme_verdicts[label].ok,
+                    "reason": out.scheme_verdicts[label].reason}
+                   for k, (label, (dev, thr)) in enumerate(out.probes.items(), start=1)],
     }
 
 
