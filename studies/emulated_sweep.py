@@ -23,7 +23,8 @@ from such a file alone, after the run dirs are gone.
 The fixed schemes are emulated.sweep.SCHEMES: the paper's four and int8, int4, fp16, bf16
 on every dimension; "best fixed" is the best of all of them.
 
---tuned: at each rate, task=tune first (predicted only, neoxlab.emulated.points.tune_point);
+--tuned: at each rate, task=tune first with its defaults, guard on (--predicted-only:
+tune.measure=false; neoxlab.emulated.points.tune_point);
 its pick runs as scheme "tuned", interleaved with the others, and the rows keep the tuner's
 predicted step (and for the pick its predicted and carried uplink payload per step: the
 median run's uplinks less those of one 3-step run of the pick, over the steps between). The
@@ -165,6 +166,9 @@ def main() -> int:
                         "again); a point is its median run")
     parser.add_argument("--model", default="neox_small")
     parser.add_argument("--results", type=Path, default=REPO / "results")
+    parser.add_argument("--predicted-only", action="store_true",
+                        help="tune with tune.measure=false (no capture, no probes); the "
+                             "default tunes as a user does, guard on")
     parser.add_argument("--data", type=Path, default=None,
                         help="append every run's row to this data file")
     parser.add_argument("--from-data", type=Path, default=None,
@@ -191,7 +195,7 @@ def main() -> int:
         for rate in args.rates:
             if args.tuned and rate not in picks:
                 picks[rate] = tune_point(rate, args.layout, model=args.model,
-                                         results=args.results)
+                                         results=args.results, measure=not args.predicted_only)
                 # for the pick's bytes a step: start-up traffic cancels against this run
                 shorts[rate] = run_point(picks[rate].config, rate, args.layout,
                                          model=args.model, steps=SHORT_STEPS,

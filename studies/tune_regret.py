@@ -1,9 +1,10 @@
-"""The tuner's regret on the emulated cluster: at each rate, task=tune (predicted only) exports
-up to --count options spread over its predicted ranking (tune.export_ranked: guard-passing
-single-dimension candidates and schemes, the baseline and the pick among them); each runs
-once for real (experiment emulated_sweep's layout), interleaved over the rates. Per rate it
-prints the pick's measured samples/s over the best measured option's (goal: within 5 %) and
-Kendall's tau between the predicted and measured step times (goal: 0.8 or more).
+"""The tuner's regret on the emulated cluster: at each rate, task=tune (guard on; --predicted-
+only: tune.measure=false) exports up to --count options spread over its predicted ranking
+(tune.export_ranked: guard-passing single-dimension candidates and schemes, the baseline and
+the pick among them); each runs once for real (experiment emulated_sweep's layout),
+interleaved over the rates. Per rate it prints the pick's measured samples/s over the best
+measured option's (goal: within 5 %) and Kendall's tau between the predicted and measured
+step times (goal: 0.8 or more).
 
 Needs root + iproute2 and the in-situ profile of each rate (task=tune measures it when it
 is missing); run it alone:
@@ -54,7 +55,7 @@ def options(layout: str, rate: str, count: int, args) -> list[dict]:
     """Tune the point with the ranked export; each option copied to configs/compression under
     a name of its own (git-ignored: tuned_*), with its prediction."""
     pick = tune_point(rate, layout, model=args.model, results=args.results,
-                      extra=(f"tune.export_ranked={count}",))
+                      extra=(f"tune.export_ranked={count}",), measure=not args.predicted_only)
     out = []
     for entry in json.loads((pick.tune_dir / "ranked.json").read_text()):
         name = re.sub(r"[^A-Za-z0-9_]", "_", f"tuned_rank_{layout}_{rate}_{entry['name']}")
@@ -92,6 +93,9 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=5, help="2 warm-up steps + the median's")
     parser.add_argument("--model", default="neox_small")
     parser.add_argument("--results", type=Path, default=REPO / "results")
+    parser.add_argument("--predicted-only", action="store_true",
+                        help="tune with tune.measure=false (no capture, no probes); the "
+                             "default tunes as a user does, guard on")
     parser.add_argument("--from-runs", action="store_true", help="no new runs")
     parser.add_argument("--data", type=Path, default=None,
                         help="the runs' data file (default results/tables/tune_regret.runs.jsonl)")
