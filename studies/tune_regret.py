@@ -1,10 +1,10 @@
-"""The tuner's regret on the emulated cluster: at each rate, task=tune (guard on; --predicted-
-only: tune.measure=false) exports up to --count options spread over its predicted ranking
-(tune.export_ranked: guard-passing single-dimension candidates and schemes, the baseline and
-the pick among them); each runs once for real (experiment emulated_sweep's layout),
-interleaved over the rates. Per rate it prints the pick's measured samples/s over the best
-measured option's (goal: within 5 %) and Kendall's tau between the predicted and measured
-step times (goal: 0.8 or more).
+"""The tuner's regret on the emulated cluster: at each rate, task=tune (guard on;
+`--predicted-only`: tune.measure=false) exports up to --count options spread over its
+predicted ranking (tune.export_ranked: guard-passing single-dimension candidates and
+schemes, the baseline and the pick among them); each runs once for real (experiment
+emulated_sweep's layout), interleaved over the rates. Per rate it prints the pick's measured
+samples/s over the best measured option's (goal: within 5 %) and Kendall's tau between the
+predicted and measured step times (goal: 0.8 or more).
 
 Needs root + iproute2 and the in-situ profile of each rate (task=tune measures it when it
 is missing); run it alone:
