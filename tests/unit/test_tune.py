@@ -738,3 +738,14 @@ def test_tune_json_has_the_predicted_uplink_bytes_on_the_emulated_cluster_only()
 def test_a_ranked_export_of_one_is_refused():
     assert any("tune.export_ranked=1" in e for e in tune_task.rules(ranked_cfg(1), 2))
     assert not any("export_ranked" in e for e in tune_task.rules(ranked_cfg(2), 2))
+
+
+def test_every_fixed_scheme_is_predicted_even_where_its_codec_is_no_candidate(tmp_path):
+    """The widened fixed set (int8, int4, fp16, bf16 everywhere) is timed and predicted
+    whatever tune.codecs holds, so "best fixed" is the best of all of them."""
+    cfg = local("tune.measure=false", "tune.codecs=[none,int8]", f"launch.results_dir={tmp_path}")
+    layout = resolve_layout(cfg)
+    out = tune_task.tune(cfg, layout, tmp_path, [])
+    assert {"int8", "int4", "fp16", "bf16", "naive"} <= set(out.fixed)
+    not_predicted = {n: p for n, p in out.fixed.items() if isinstance(p, str)}
+    assert not not_predicted, not_predicted

@@ -32,7 +32,7 @@ from neoxlab.tune.candidates import (
     overrides,
     without_scheme,
 )
-from neoxlab.tune.choose import Scored, combine, predict_fixed, score_candidates
+from neoxlab.tune.choose import Scored, combine, fixed_specs, predict_fixed, score_candidates
 from neoxlab.tune.guard import Verdict
 from neoxlab.tune.probe import Budget, Run, Runner, estimate_s
 from neoxlab.tune.ranked import export_ranked, uplink_bytes
@@ -159,10 +159,11 @@ def tune(cfg: Config, layout: Layout, run_dir: Path, user: list[str]) -> Outcome
     runner = Runner(cfg.experiment, user, run_dir, t.run_timeout_s)
     say(f"profile: {'measured here (codecs timed unless cached)' if measure else 'predicted only'}"
         f"; {len(t.codecs)} codecs")
-    found = insitu.resolve(cfg, measure=measure or insitu.runs_here(cfg), specs=t.codecs)
+    timed = [*t.codecs, *fixed_specs(t.compare)]
+    found = insitu.resolve(cfg, measure=measure or insitu.runs_here(cfg), specs=timed)
     if insitu.needs_intra_check(cfg, layout, found):
         say(f"profile: intra-node link check, {insitu.INTRA_CHECK_STEPS} uncompressed steps")
-        found = _intra_check(cfg, layout, runner, found)
+        found = _intra_check(cfg, layout, runner, found, timed)
     insitu.write_into(run_dir, found)
     cost["profile"], clock = _lap(clock)
     candidates, excluded = enumerate_candidates(cfg, layout)
@@ -229,8 +230,8 @@ def tune(cfg: Config, layout: Layout, run_dir: Path, user: list[str]) -> Outcome
                    found.profile, limits)
 
 
-def _intra_check(cfg: Config, layout: Layout, runner: Runner, found: insitu.InSitu
-                 ) -> insitu.InSitu:
+def _intra_check(cfg: Config, layout: Layout, runner: Runner, found: insitu.InSitu,
+                 timed: list[str]) -> insitu.InSitu:
     """A short uncompressed run of the experiment, whose seconds in its collectives inside a
     node scale the profile's intra-node link (recorded in the profile's cache)."""
     run = runner.train("intra_link", [*overrides(cfg, Scheme("none")),
@@ -238,7 +239,7 @@ def _intra_check(cfg: Config, layout: Layout, runner: Runner, found: insitu.InSi
     if run.error or run.run_dir is None:
         raise RuntimeError(f"the tuner's intra-node link run failed: {run.error or 'no run dir'}")
     insitu.record_intra_check(cfg, layout, found, run.run_dir)
-    return insitu.resolve(cfg, measure=True, specs=cfg.tune.codecs)
+    return insitu.resolve(cfg, measure=True, specs=timed)
 
 
 def _lap(clock: float) -> tuple[float, float]:
