@@ -54,14 +54,15 @@ def schemes_of(tune_dir: Path) -> list[dict]:
 
 
 def train(args: list[str], results: Path) -> Path:
-    before = set(results.glob("*/*"))
+    (exp,) = [a.split("=", 1)[1] for a in args if a.startswith("experiment=")]
+    before = set(results.glob(f"{exp}/*"))
     proc = subprocess.run([sys.executable, "-m", "neoxlab", *args,
                            f"launch.results_dir={results}"], cwd=REPO, capture_output=True,
                           text=True)
     if proc.returncode:
         raise RuntimeError(f"{' '.join(args)} failed ({proc.returncode}):\n"
                            f"{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
-    (new,) = set(results.glob("*/*")) - before
+    (new,) = set(results.glob(f"{exp}/*")) - before
     return new
 
 
