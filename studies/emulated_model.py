@@ -5,7 +5,7 @@ the 2 flows of a node's 2 ranks) and the codecs timed on one thread, scaled to t
 the compressed sweep runs at the fit rates spent (perfmodel.emulated.codec_scale), then every
 sweep point predicted; points at rates the omb fits did not use are held out and take no part
 in any fit. No run's throughput is fitted: compute and overheads come from the local profile
-(neoxlab.emulated.model).
+(neoxlab.perfmodel.emulated).
 
     .venv/bin/python studies/emulated_model.py --measure   # omb runs and codec timings, ~13 min
     .venv/bin/python studies/emulated_model.py             # reuse both
@@ -26,12 +26,12 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from sweep_runs import LAYOUTS, TABLE, codec_s, rows_of, step_collectives
 
 from neoxlab.commands.calibrate import CODEC_SPECS, measure_codec
 from neoxlab.config.compose import compose_experiment
 from neoxlab.config.profile import CodecProfile
-from neoxlab.emulated import model as em
-from neoxlab.emulated.sweep import LAYOUTS, TABLE, codec_s, read_jsonl, step_collectives
+from neoxlab.perfmodel import emulated as em
 from neoxlab.perfmodel.predict import predict
 
 REPO = Path(__file__).resolve().parents[1]
@@ -132,7 +132,7 @@ def _external(row: dict) -> float | None:
 
 def codec_s_per_step(run_dir: Path) -> float:
     """A rank's codec seconds per step in a sweep run (the training collectives')."""
-    steps = len(read_jsonl(run_dir / "metrics.jsonl"))
+    steps = len(rows_of(run_dir / "metrics.jsonl"))
     return codec_s(*step_collectives(run_dir)) / steps
 
 

@@ -20,11 +20,11 @@ with what the table takes from the run: its measures, the load beside it, the pi
 prediction) appended as it finishes; --from-data rebuilds the table's rows and the checks
 from such a file alone, after the run dirs are gone.
 
-The fixed schemes are emulated.sweep.SCHEMES: the paper's four and int8, int4, fp16, bf16
-on every dimension; "best fixed" is the best of all of them.
+The fixed schemes are sweep_runs.SCHEMES: the paper's four and int8, int4, fp16, bf16, fp8 on
+every dimension; "best fixed" is the best of all of them.
 
 --tuned: at each rate, task=tune first with its defaults, guard on (--predicted-only:
-tune.measure=false; neoxlab.emulated.points.tune_point);
+tune.measure=false; studies/sweep_points.py tune_point);
 its pick runs as scheme "tuned", interleaved with the others, and the rows keep the tuner's
 predicted step (and for the pick its predicted and carried uplink payload per step: the
 median run's uplinks less those of one 3-step run of the pick, over the steps between). The
@@ -49,8 +49,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from neoxlab.emulated.points import run_point, tune_point
-from neoxlab.emulated.sweep import (
+from sweep_points import run_point, tune_point
+from sweep_runs import (
     LAYOUTS,
     SCHEMES,
     TABLE,
@@ -64,6 +64,7 @@ from neoxlab.emulated.sweep import (
     tuned_checks,
     write,
 )
+
 from neoxlab.results import rundata
 
 REPO = Path(__file__).resolve().parents[1]

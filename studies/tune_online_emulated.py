@@ -25,8 +25,8 @@ from pathlib import Path
 
 from neoxlab.comm.online import RECORD_FILE
 from neoxlab.config.compose import compose_experiment
-from neoxlab.emulated import cluster
-from neoxlab.emulated.topology import Topology
+from neoxlab.launch.emulated import cluster
+from neoxlab.launch.emulated.topology import Topology
 
 REPO = Path(__file__).resolve().parents[1]
 EXPERIMENT = "tune_online_emulated"

@@ -30,8 +30,9 @@ import re
 import sys
 from pathlib import Path
 
-from neoxlab.emulated.points import run_point, tune_point
-from neoxlab.emulated.sweep import LAYOUTS, read_jsonl
+from sweep_points import run_point, tune_point
+from sweep_runs import LAYOUTS, rows_of
+
 from neoxlab.files import REPO_ROOT
 from neoxlab.results import rundata
 
@@ -104,7 +105,7 @@ def main() -> int:
     args = parser.parse_args()
     args.results = args.results.resolve()
     store = args.from_data or args.data or args.results / RUNS
-    runs = read_jsonl(store) if store.exists() else []
+    runs = rows_of(store) if store.exists() else []
     if args.from_data and not runs:
         parser.error(f"no runs in {store}")
     if not (args.from_runs or args.from_data):

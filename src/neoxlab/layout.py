@@ -17,7 +17,6 @@ GIB = 1024**3
 PRECISIONS = ("fp32", "fp16", "bf16")
 WANDB_MODES = ("offline", "online", "disabled")
 BACKENDS = ("auto", "gloo", "nccl")
-SCHEDULERS = ("local", "lsf", "slurm")
 
 
 @dataclass(frozen=True)
@@ -200,7 +199,6 @@ def basic_errors(cfg: Config) -> list[str]:
     _choice(errors, "train.precision", cfg.train.precision, PRECISIONS)
     _choice(errors, "logger.wandb", cfg.logger.wandb, WANDB_MODES)
     _choice(errors, "engine.backend", cfg.engine.backend, BACKENDS)
-    _choice(errors, "cluster.scheduler", cfg.cluster.scheduler, SCHEDULERS)
     return errors
 
 

@@ -15,9 +15,9 @@ import time
 
 import pytest
 
-from neoxlab.emulated import slurm as emulated_slurm
-from neoxlab.emulated.config import EmulatedConfig
-from neoxlab.emulated.topology import Topology
+from neoxlab.config.emulated import EmulatedConfig
+from neoxlab.launch.emulated import slurm as emulated_slurm
+from neoxlab.launch.emulated.topology import Topology
 from neoxlab.launch.slurm import job_state
 
 # Job states after which a job never runs again (scontrol keeps them for MinJobAge seconds).

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from neoxlab.emulated import cluster, slurm
-from neoxlab.emulated.config import EmulatedConfig
-from neoxlab.emulated.topology import Topology
-from neoxlab.emulated.wire import accounted_between_nodes, payload_bytes
+from neoxlab.config.emulated import EmulatedConfig
+from neoxlab.launch.emulated import cluster, slurm
+from neoxlab.launch.emulated.topology import Topology
+from neoxlab.perfmodel.wire import accounted_between_nodes, payload_bytes
 from tests.conftest import REPO_ROOT
 from tests.integration.harness import processes_of, read_metrics, read_status, run_experiment
 

@@ -13,10 +13,10 @@ import json
 
 import pytest
 
-from neoxlab.emulated import cluster
-from neoxlab.emulated import model as em
-from neoxlab.emulated.topology import MIN_BURST_BYTES
-from neoxlab.emulated.wire import payload_bytes
+from neoxlab.launch.emulated import cluster
+from neoxlab.launch.emulated.topology import MIN_BURST_BYTES
+from neoxlab.perfmodel import emulated as em
+from neoxlab.perfmodel.wire import payload_bytes
 from tests.integration.harness import run_experiment
 
 _missing = cluster.prerequisite_problem()

@@ -1,7 +1,7 @@
 """compression=auto on the emulated cluster with a real link change: 2 emulated nodes x 2 ranks
 (TP inside a node, DP across) start at 300 Mbit/s uplinks; once metrics.jsonl shows step
 RESHAPE_AT the test reshapes the running cluster's uplinks to 40 Mbit/s
-(emulated.cluster.reshape_uplinks, tc replace). The first re-check after it finds DP's link
+(launch.emulated.cluster.reshape_uplinks, tc replace). The first re-check after it finds DP's link
 changed and switches DP to ZFP rate 16 (which the model finds not worth its codec seconds
 at 300 Mbit/s) once, on every rank at the same step.
 
@@ -27,8 +27,8 @@ import pytest
 
 from neoxlab.comm.online import RECORD_FILE
 from neoxlab.config.compose import compose_experiment
-from neoxlab.emulated import cluster
-from neoxlab.emulated.topology import Topology
+from neoxlab.launch.emulated import cluster
+from neoxlab.launch.emulated.topology import Topology
 from neoxlab.tune import insitu
 from tests.conftest import REPO_ROOT
 from tests.integration.harness import read_status

@@ -229,7 +229,7 @@ def test_mpc_incompressible_falls_back_to_raw() -> None:
 
 
 def test_mpc_transpose_is_a_bit_matrix_transpose() -> None:
-    from neoxlab.compress.mpc import transpose_planes
+    from neoxlab.compress.bitplanes import transpose_planes
 
     for idt, w in [(torch.int16, 16), (torch.int32, 32), (torch.int64, 64)]:
         info = torch.iinfo(idt)

@@ -19,9 +19,11 @@ from neoxlab.commands.plan import plan_run
 from neoxlab.config import ConfigError
 from neoxlab.config.compose import compose_experiment
 from neoxlab.files import REPO_ROOT
-from neoxlab.launch import lsf, slurm
+from neoxlab.launch import lsf
 from neoxlab.launch.cluster_rules import machine_size_errors
 from neoxlab.launch.jobscript import sanitize_job_name
+from neoxlab.launch.schedulers import scheduler_of
+from neoxlab.tasks import TASKS
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 PAPER_192 = ["baseline_192gpu", "naive_192gpu", "hybrid_192gpu", "mzhybrid_192gpu"]
@@ -32,8 +34,8 @@ CLUSTER_EXPERIMENTS = sorted(p.stem for p in (REPO_ROOT / "experiments").glob("*
 def rendered(tmp_path: Path, experiment: str, overrides: list[str] = ()) -> tuple[str, Path]:
     cfg = compose_experiment(experiment, [*overrides, "launch.submit=false"])
     run_dir = plan_run(cfg, check(cfg), root=tmp_path)
-    module = lsf if cfg.cluster.scheduler == "lsf" else slurm
-    return module.render(cfg, run_dir), run_dir
+    script = scheduler_of(cfg).write_script(cfg, run_dir, TASKS[cfg.task.name].program)
+    return script.read_text(), run_dir
 
 
 def normalized(text: str, run_dir: Path) -> str:
@@ -189,7 +191,7 @@ def test_config_values_in_scripts_cannot_execute(tmp_path):
         f'printf %s "$HOSTILE{i}" > {seen}.env.{i}\n' for i in range(len(values))))
     for stub in bin_dir.iterdir():
         stub.chmod(0o755)
-    script = lsf.write_script(cfg, run_dir)
+    script = lsf.write_script(cfg, run_dir, TASKS[cfg.task.name].program)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
            "LSB_MCPU_HOSTS": "batch1 1 node1 40", "LSB_JOBID": "7"}
     out = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True,

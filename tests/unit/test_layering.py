@@ -16,30 +16,23 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 LAYERS: dict[str, int] = {
     # 0: the bottom: schema, pure arithmetic, file helpers
     "neoxlab.files": 0, "neoxlab.comm_scratch": 0, "neoxlab.config": 0, "neoxlab.layout": 0,
-    "neoxlab.metrics": 0,
-    # the emulated cluster's package spans the floors: its config is part of the schema, its
-    # network a library, its model sits on the performance model and its launch with launch
-    "neoxlab.emulated": 0, "neoxlab.emulated.config": 0,
+    "neoxlab.metrics": 0, "neoxlab.registry": 0,
     # 1: a run dir and the per-rank frame; rank start-up (standard library only)
     "neoxlab.run": 1, "neoxlab.forkserver": 1,
     # 2: libraries
     "neoxlab.compress": 2, "neoxlab.comm": 2, "neoxlab.omb": 2,
-    "neoxlab.emulated.cluster": 2, "neoxlab.emulated.topology": 2, "neoxlab.emulated.slurm": 2,
-    "neoxlab.emulated.wire": 2, "neoxlab.emulated.sweep": 2,
     # 3: the engines' own code
-    "neoxlab.engines": 3,
-    # 4: the engine registry
-    "neoxlab.engines.registry": 4,
+    "neoxlab.engines.builtin": 3, "neoxlab.engines.neox": 3,
+    # 4: the engine registry (the engines package is the registry over its engines)
+    "neoxlab.engines": 4,
     # 5: task programs, results and the performance model (they ask the engine registry)
-    "neoxlab.serve": 5, "neoxlab.results": 5, "neoxlab.perfmodel": 5, "neoxlab.omb.task": 5,
-    "neoxlab.emulated.model": 5, "neoxlab.tune": 5,
-    # 6: the task registry
+    "neoxlab.serve": 5, "neoxlab.results": 5, "neoxlab.perfmodel": 5, "neoxlab.tune": 5,
+    # 6: the task registry and the programs of tasks that launch nothing of their own
     "neoxlab.tasks": 6,
-    # 7: launching and scheduling
-    "neoxlab.launch": 7, "neoxlab.emulated.launch": 7,
+    # 7: launching and scheduling (the emulated cluster's network and launch among them)
+    "neoxlab.launch": 7,
     # 8: the commands and entry points
-    "neoxlab.commands": 8, "neoxlab.__main__": 8, "neoxlab.omb.__main__": 8,
-    "neoxlab.emulated.points": 8,
+    "neoxlab.commands": 8, "neoxlab.__main__": 8,
 }
 
 

@@ -25,6 +25,7 @@ from neoxlab.commands.plan import plan_run
 from neoxlab.config.compose import compose_experiment
 from neoxlab.launch import lsf
 from neoxlab.launch.ranks import rank_env
+from neoxlab.tasks import TASKS
 from tests.conftest import REPO_ROOT
 
 
@@ -185,7 +186,8 @@ DP_ON_MPI = "+engine.group_backends.dp=mpi"
 
 def _lsf_script(tmp_path, overrides):
     cfg = compose_experiment("hybrid_192gpu", [*overrides, "launch.submit=false"])
-    return cfg, lsf.render(cfg, plan_run(cfg, check(cfg), root=tmp_path))
+    return cfg, lsf.render(cfg, plan_run(cfg, check(cfg), root=tmp_path),
+                           TASKS[cfg.task.name].program)
 
 
 def test_spectrum_gets_jsrun_gpu_args_when_mpi_groups_carry_cuda_tensors(tmp_path):

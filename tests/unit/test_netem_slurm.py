@@ -13,12 +13,13 @@ import pytest
 from neoxlab.commands.check import check
 from neoxlab.config import ConfigError
 from neoxlab.config.compose import compose_experiment
-from neoxlab.emulated import launch as emulated
-from neoxlab.emulated import slurm
-from neoxlab.emulated.config import EmulatedConfig
-from neoxlab.emulated.launch import RANK
-from neoxlab.emulated.topology import Topology
+from neoxlab.config.emulated import EmulatedConfig
 from neoxlab.launch.cluster_rules import validate_cluster
+from neoxlab.launch.emulated import launch as emulated
+from neoxlab.launch.emulated import slurm
+from neoxlab.launch.emulated.launch import RANK
+from neoxlab.launch.emulated.topology import Topology
+from neoxlab.tasks import TASKS
 
 
 def topo(nodes: int = 2, ranks_per_node: int = 2) -> Topology:
@@ -66,7 +67,7 @@ def test_the_control_plane_stays_inside_namespaces_of_the_cluster_with_no_routes
 
 def test_srun_places_every_rank_and_enters_its_namespace():
     cfg = compose_experiment("emulated_2x2", ["cluster.launcher=srun", "launch.submit=false"])
-    cmd = emulated.srun_command(cfg, Path("/tmp/run"), topo(), None)
+    cmd = emulated.srun_command(cfg, Path("/tmp/run"), topo(), TASKS["train"].program, None)
     assert cmd[:3] == ["nsenter", "--net=/run/netns/nxt-ctl", "srun"]  # beside its controller
     for flag in ("--nodes=2", "--ntasks-per-node=2", "--ntasks=4", "--mpi=pmi2",
                  "--kill-on-bad-exit=1"):
@@ -121,8 +122,8 @@ def test_an_emulated_cluster_takes_srun_or_hydra(launcher):
 
 
 def test_an_emulated_cluster_refuses_other_launchers_before_planning():
-    with pytest.raises(ConfigError, match="cluster.launcher='jsrun' cannot start ranks on an "
-                       "emulated cluster; use cluster.launcher=srun"):
+    with pytest.raises(ConfigError, match="cluster.launcher='jsrun' does not go with scheduler "
+                       "'emulated'; use cluster.launcher=srun"):
         check(compose_experiment("emulated_2x2", ["cluster.launcher=jsrun",
                                                   "launch.submit=false"]))
 

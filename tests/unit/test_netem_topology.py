@@ -6,9 +6,9 @@ import pytest
 
 from neoxlab.config import ConfigError
 from neoxlab.config.compose import compose_experiment
-from neoxlab.emulated.config import EmulatedConfig, LinkConfig
-from neoxlab.emulated.topology import Topology, build_commands, hosts_file, problems
-from neoxlab.emulated.wire import accounted_between_nodes, payload_bytes, sent_factor
+from neoxlab.config.emulated import EmulatedConfig, LinkConfig
+from neoxlab.launch.emulated.topology import Topology, build_commands, hosts_file, problems
+from neoxlab.perfmodel.wire import accounted_between_nodes, payload_bytes, sent_factor
 
 
 def topo(**links) -> Topology:

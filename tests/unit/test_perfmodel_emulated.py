@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from neoxlab.config.profile import LinkProfile
-from neoxlab.emulated import model as em
 from neoxlab.layout import resolve_layout
+from neoxlab.perfmodel import emulated as em
 from neoxlab.perfmodel import predict
 from neoxlab.perfmodel.fit import BANDWIDTH_BENCHMARKS, fit_alpha_beta, steps_and_bytes
-from neoxlab.perfmodel.predict import _predict, codec_on_path, slowdowns
+from neoxlab.perfmodel.predict import codec_on_path, predict_with, slowdowns
 
 
 def local():
@@ -171,7 +171,7 @@ def test_a_slow_shaped_uplink_takes_the_codec_off_the_shared_cores_but_the_bare_
                                       2, None)
         busy = dataclasses.replace(profile, inter=dataclasses.replace(profile.inter,
                                                                       busy_fraction=1.0))
-        return tuple(_predict(cfg, resolve_layout(cfg), p, "test").step_s
+        return tuple(predict_with(cfg, resolve_layout(cfg), p, "test").step_s
                      for p in (profile, busy))
     idle, busy = steps("10")
     assert idle < busy  # the other DP group's codec ran beside the wire, not on the cores
@@ -189,7 +189,7 @@ def test_a_nodes_own_veths_carry_at_the_loaded_bare_fit_and_are_not_slowed_again
     slowed = dataclasses.replace(profile, intra=dataclasses.replace(profile.intra,
                                                                     fitted_under_load=False))
     layout = resolve_layout(cfg)
-    loaded, again = (_predict(cfg, layout, p, "test") for p in (profile, slowed))
+    loaded, again = (predict_with(cfg, layout, p, "test") for p in (profile, slowed))
     assert loaded.links["tp"] == "intra" and loaded.breakdown["tp"] > 0
     assert loaded.step_s < again.step_s  # slowed twice by 4 ranks on 2 cores otherwise
 

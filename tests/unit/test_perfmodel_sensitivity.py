@@ -11,10 +11,11 @@ import pytest
 from neoxlab.config.compose import compose_experiment
 from neoxlab.config.profile import MARKS
 from neoxlab.perfmodel import sensitivity as sens
-from neoxlab.perfmodel import sensitivity_report, what_ifs
+from neoxlab.perfmodel import what_ifs
 from neoxlab.perfmodel.predict import gain_pct, predict
 from neoxlab.perfmodel.published import TARGETS
 from neoxlab.perfmodel.resolve import check_profile, resolve_profile
+from neoxlab.results import sensitivity as sensitivity_report
 
 MEMBERS = {"none": "baseline_192gpu", "naive": "naive_192gpu", "zhybrid": "hybrid_192gpu",
            "mzhybrid": "mzhybrid_192gpu"}

@@ -14,6 +14,7 @@ from neoxlab.config.compose import compose_experiment
 from neoxlab.results import figures
 from neoxlab.results import tables as collect
 from neoxlab.serve.rules import check_serve
+from neoxlab.tasks import TASKS
 from tests.serve_runs import write_serve_run
 
 TOTALS = {20.0: {"fused": 0.5, "fused_noreorder": 0.6, "sequential": 2.0},
@@ -123,6 +124,6 @@ def test_run_weights_are_checked_before_anything_starts(tmp_path: Path):
     serve_run.mkdir()
     (serve_run / "config.json").write_text(json.dumps(to_dict(_serve_cfg("random"))))
     with pytest.raises(ConfigError, match="a task=serve run.*builtin training runs"):
-        check_serve(_serve_cfg(f"run:{serve_run}"))
+        check_serve(_serve_cfg(f"run:{serve_run}"), trains=lambda name: TASKS[name].trains)
     with pytest.raises(ConfigError, match=r"'ckpt:x' is not 'random', 'hf:.*'run:"):
         check_serve(_serve_cfg("ckpt:x"))

@@ -6,8 +6,8 @@ import json
 import time
 
 from neoxlab.config.compose import compose_experiment
-from neoxlab.emulated import launch as emulated
 from neoxlab.launch import local
+from neoxlab.launch.emulated import launch as emulated
 from neoxlab.launch.failure import STARTUP_FAILED, fatal_startup
 
 PMI2_LINE = "slurmstepd-n2: error: mpi/pmi2: invalid client request"

@@ -20,8 +20,8 @@ from neoxlab.compress import make_compressor
 from neoxlab.config import CompressionConfig, ConfigError
 from neoxlab.config.compose import compose_experiment
 from neoxlab.config.profile import CodecProfile, LinkProfile
-from neoxlab.emulated import model as em
 from neoxlab.layout import resolve_layout
+from neoxlab.perfmodel import emulated as em
 from neoxlab.perfmodel.predict import dim_seconds
 from neoxlab.perfmodel.resolve import resolve_profile
 from neoxlab.tune import guard, insitu, proxy
@@ -33,6 +33,7 @@ from neoxlab.tune.candidates import (
     enumerate_candidates,
     overrides,
     scheme_errors,
+    tune_codecs,
 )
 from neoxlab.tune.choose import Scored, combine, eligible, score_candidates
 from neoxlab.tune.probe import Run
@@ -53,7 +54,7 @@ def test_every_codec_on_every_dimension_with_traffic_and_never_control():
     cfg = local()
     cands, excluded = enumerate_candidates(cfg, resolve_layout(cfg))
     by_dim = {d: {c.codec for c in cands if c.dim == d} for d in ("tp", "pp", "dp", "zero")}
-    assert by_dim["tp"] == by_dim["dp"] == by_dim["zero"] == set(cfg.tune.codecs)
+    assert by_dim["tp"] == by_dim["dp"] == by_dim["zero"] == set(tune_codecs(cfg))
     assert by_dim["pp"] == set()  # pp=1: nothing to compress, and the report says why
     reasons = {e.dim: e.reason for e in excluded}
     assert "pp=1" in reasons["pp"] and "never compressed" in reasons["other"]
@@ -100,7 +101,7 @@ def test_a_scheme_runs_as_its_overrides_compose_it():
         "tp": Candidate("tp", "int8", allreduce="alltoall")})
     composed = local(*overrides(cfg, scheme))
     assert composed.compression == apply(cfg, scheme).compression
-    assert validate_compression(composed) == []
+    assert validate_compression(composed, trains=True) == []
     owner = Scheme("o", {"dp": Candidate("dp", "int8", reduce_to_owner=True)})
     assert local(*overrides(cfg, owner)).zero.reduce_to_owner is True
 
@@ -580,7 +581,7 @@ def test_the_chosen_scheme_is_a_compression_config_that_validates(tmp_path):
     assert path == tmp_path / "tuned_tune_local.yaml"
     data, applied = load_scheme(path, cfg)
     assert "zero" not in data and data["dims"]["dp"]["error_feedback"] is True
-    assert validate_compression(applied) == []
+    assert validate_compression(applied, trains=True) == []
     assert applied.compression.dims["dp"].params == {"rate": 8}
 
 

@@ -24,6 +24,7 @@ from neoxlab.engines.builtin.online import OnlineRecheck
 from neoxlab.engines.registry import ENGINES
 from neoxlab.layout import resolve_layout
 from neoxlab.perfmodel.resolve import resolve_profile
+from neoxlab.tasks import TASKS
 from neoxlab.tune.online import GRID, build_plan
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -292,12 +293,13 @@ def test_an_engine_that_cannot_recheck_is_refused_with_the_fix():
     ("compression.auto.slow_link_from_step=0", "slow_link_from_step=0"),
 ])
 def test_bad_auto_settings_are_refused(override, words):
-    errors = validate_compression(auto(override))
+    cfg = auto(override)
+    errors = validate_compression(cfg, TASKS[cfg.task.name].trains)
     assert any(words in e for e in errors), errors
 
 
 def test_auto_yaml_passes_the_rules():
-    assert validate_compression(auto()) == []
+    assert validate_compression(auto(), trains=True) == []
 
 
 def test_a_tuned_config_is_the_start_when_there_is_one(tmp_path):

@@ -1,18 +1,22 @@
-"""The goals the tuner's pick is held to on the emulated sweep (neoxlab.emulated.sweep) and the
+"""The goals the tuner's pick is held to on the emulated sweep (studies/sweep_runs.py) and the
 regret study's ranking measure (studies/tune_regret.py), on small fixtures."""
 
 import csv
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from neoxlab.emulated import sweep
-from neoxlab.emulated.wire import HEADER_BYTES
+from neoxlab.perfmodel.wire import HEADER_BYTES
 
-STUDY = Path(__file__).resolve().parents[2] / "studies" / "tune_regret.py"
+STUDIES = Path(__file__).resolve().parents[2] / "studies"
+sys.path.insert(0, str(STUDIES))  # as `python studies/<name>.py` has it: its helpers by name
+import sweep_runs as sweep  # noqa: E402
+
+STUDY = STUDIES / "tune_regret.py"
 spec = importlib.util.spec_from_file_location("tune_regret", STUDY)
 tune_regret = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(tune_regret)
@@ -127,9 +131,10 @@ def test_the_fixed_set_has_a_scheme_per_codec_family_the_tuner_may_pick():
     and on the emulated sweep."""
     from neoxlab.compress import parse_spec
     from neoxlab.config.compose import CONFIG_DIR, compose_experiment
+    from neoxlab.tune.candidates import tune_codecs
 
     cfg = compose_experiment("tune_local")
-    families = {parse_spec(c)[0] for c in cfg.tune.codecs} - {"none", "mpc", "topk"}
+    families = {parse_spec(c)[0] for c in tune_codecs(cfg)} - {"none", "mpc", "topk"}
     everywhere = {}
     for name in cfg.tune.compare:
         data = yaml.safe_load((CONFIG_DIR / "compression" / f"{name}.yaml").read_text())

@@ -7,8 +7,9 @@ import torch
 
 from neoxlab.comm.policy import GROUP_OF, communication_dtype
 from neoxlab.compress import CompressionConfigError, available, make_compressor
+from neoxlab.compress.registry import fused_codecs
 from neoxlab.config import COMPRESSIBLE_DIMS, Config
-from neoxlab.config.profile import FUSED_CODECS, torch_codecs_on
+from neoxlab.config.profile import torch_codecs_on
 
 DIMS = COMPRESSIBLE_DIMS  # "other" (control traffic) is never compressed
 BACKENDS = ("framework", "mpi")
@@ -20,8 +21,9 @@ MPI_LIBRARIES = ("mpich", "openmpi", "spectrum", "mvapich2-gdr", "mvapich-plus")
 COMPRESSING_LIBRARIES = ("mvapich-plus",)  # MPIR_CVAR_ENABLE_COMPRESSION & co.
 
 
-def validate_compression(cfg: Config) -> list[str]:
-    """Every problem of the scheme, each naming the value, the rule and the fix."""
+def validate_compression(cfg: Config, trains: bool) -> list[str]:
+    """Every problem of the scheme, each naming the value, the rule and the fix; `trains`: the
+    task's record says its ranks train (compression=auto needs a training run)."""
     c = cfg.compression
     errors: list[str] = []
     if c.backend not in BACKENDS:
@@ -57,7 +59,7 @@ def validate_compression(cfg: Config) -> list[str]:
                 "lossless_only; use a lossless compressor (mpc, none) or drop lossless_only"
             )
         # the paper's named schemes keep their published rates (ZHybrid's rate 24 on fp16
-        # TP/PP is sent raw, skipped before encoding and counted); a custom one is refused
+        # TP/PP goes through the plain collectives, accounted as raw); a custom one is refused
         half = _HALF.get(cfg.train.precision)
         if (c.scheme == "custom" and half is not None and dim in ("tp", "pp")
                 and comp.name != "none" and comp.shrinks(half) is False):
@@ -79,7 +81,7 @@ def validate_compression(cfg: Config) -> list[str]:
         errors += _validate_mpi(cfg)
     errors += _reduce_to_owner_on_nccl(cfg)
     if c.scheme == "auto":
-        errors += _validate_auto(cfg)
+        errors += _validate_auto(cfg, trains)
     return errors
 
 
@@ -87,12 +89,12 @@ AUTO_STARTS = ("tuned", "model", "given")
 AUTO_REFERENCES = ("profile", "measured")
 
 
-def _validate_auto(cfg: Config) -> list[str]:
+def _validate_auto(cfg: Config, trains: bool) -> list[str]:
     """compression=auto: a training run whose patch compresses (it switches the patch's
     codecs) and re-check settings that can run."""
     c, a = cfg.compression, cfg.compression.auto
     errors = []
-    if cfg.task.name != "train":
+    if not trains:
         errors.append(f"compression=auto with task={cfg.task.name}: it re-checks a training "
                       "run's links while it trains; use task=train, or a fixed scheme here "
                       "(task=tune writes one: configs/compression/tuned_<exp>.yaml)")
@@ -223,7 +225,7 @@ def codec_kernel_warning(cfg: Config) -> str | None:
     """A GPU cluster without Triton (cluster.arch, e.g. Lassen's ppc64le) runs the framework
     codecs' torch-ops path: said at planning, with the throughput the profile expects."""
     c = cfg.compression
-    used = sorted({d.compressor for d in c.dims.values() if d.compressor in FUSED_CODECS})
+    used = sorted({d.compressor for d in c.dims.values() if d.compressor in fused_codecs()})
     if not (c.patch and c.backend == "framework" and used
             and torch_codecs_on(cfg.cluster.device, cfg.cluster.arch)):
         return None

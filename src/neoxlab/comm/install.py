@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import os
 
+import torch
+
 from neoxlab.comm.capture import Capture
 from neoxlab.comm.classify import Classifier, Grid
 from neoxlab.comm.patch import CompressionPatch
-from neoxlab.comm.policy import GROUP_OF, build_policies, library_label, mpi_environment
+from neoxlab.comm.policy import (
+    GROUP_OF,
+    build_policies,
+    communication_dtype,
+    library_label,
+    mpi_environment,
+)
 from neoxlab.comm.slow_link import SlowLink
 from neoxlab.comm.strict import strict_from_env
 from neoxlab.config import Config
@@ -18,6 +26,7 @@ class MpiCompressionUnavailable(RuntimeError):
     """compression.backend=mpi on ranks whose MPI library would not compress."""
 
 
+DTYPE_NAMES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 SHM_COMM_OP = "deepspeed_shm_comm"  # deepspeed.ops.op_builder's ShareMemCommBuilder.NAME
 
 
@@ -55,10 +64,39 @@ def install_for_run(cfg: Config, layout: Layout) -> CompressionPatch | None:
             and a.slow_link_from_step is not None else None)
     patch = CompressionPatch(policies, classifier, c.allreduce, strict_from_env(),
                              library=library, slow_link=slow).install()
+    line = raw_dims_line(cfg)
+    if line is not None and os.environ.get("RANK", "0") == "0":
+        print(line, flush=True)
     t = cfg.tune
     if t.capture_tensors > 0:  # task=tune's capture run: messages for its codec proxy
         patch.capture = Capture(t.capture_tensors, t.capture_max_numel, t.min_bytes)
     return patch
+
+
+def raw_dims_line(cfg: Config) -> str | None:
+    """One start-up line naming the dimensions whose codec cannot shrink the dtype their
+    messages travel in (DP gradients: the communication dtype; activations and ZeRO's
+    parameters: the training precision), which the patch therefore sends raw; None when
+    there are none."""
+    c = cfg.compression
+    if c.backend != "framework":
+        return None
+    by_reason: dict[str, list[str]] = {}
+    for dim, policy in sorted(build_policies(c).items()):
+        name = communication_dtype(cfg) if dim == "dp" else cfg.train.precision
+        dtype = getattr(torch, DTYPE_NAMES.get(name, "float32"))
+        codec = policy.compressor
+        if not policy.active or codec.shrinks(dtype) is not False:
+            continue
+        bits = codec.wire_bits(dtype)
+        why = (f"{codec.describe()} cannot shrink {str(dtype).removeprefix('torch.')} values"
+               + (f" ({bits:g} bits a value for {8 * dtype.itemsize})" if bits else ""))
+        by_reason.setdefault(why, []).append(dim)
+    if not by_reason:
+        return None
+    parts = "; ".join(f"{', '.join(dims)}: {why}" for why, dims in by_reason.items())
+    return (f"[neoxlab] compression: left raw (plain collectives, accounted as raw): "
+            f"{parts}")
 
 
 def require_compressing_library(switches: dict[str, str]) -> None:

@@ -65,6 +65,7 @@ class CompressionPatch:
         self._bucket = 0  # error-feedback all-reduces so far in this step
         self._loss_scale: float | None = None  # fp16 loss scale the residuals are scaled by
         self._plain_calls: dict[tuple[str, str], int] = {}
+        self._shrink: dict[tuple[object, torch.dtype], bool] = {}  # (codec, dtype) -> may shrink
         self.installed: list[tuple[object, str, object]] = []
         self.side = SideStreams()  # CUDA: compressed collectives overlap the caller's stream
         self.capture = None  # a comm.capture.Capture keeps messages for task=tune's proxy
@@ -182,10 +183,13 @@ class CompressionPatch:
         if self.capture is not None and group_size > 1 and _sum_op(name, a):
             self.capture.offer(dim, name, tensor)
         nbytes = tensor.numel() * tensor.element_size() if tensor is not None else 0
+        # traffic the codec cannot shrink (zfp rate 24 on bf16: 3 bytes a value for 2) goes
+        # through the engine's own call, accounted as raw (comm.install says so at start-up)
         compress = (
             policy is not None and policy.active and name in COMPRESSIBLE
             and tensor is not None and tensor.dtype in FLOATS and nbytes >= policy.min_bytes
             and group_size > 1 and _sum_op(name, a)
+            and self._shrinks(policy, tensor.dtype)
         )
         via_ds = _state.via_deepspeed > 0
         if not compress:
@@ -204,6 +208,14 @@ class CompressionPatch:
             pending=cost, ranks=members, spans=cost.spans,
         )
         return work
+
+    def _shrinks(self, policy: DimPolicy, dtype: torch.dtype) -> bool:
+        """Whether the dimension's codec may make messages of dtype smaller (the codec
+        says; data-dependent codecs may), asked once per codec and dtype."""
+        key = (policy.compressor, dtype)
+        if key not in self._shrink:
+            self._shrink[key] = policy.compressor.shrinks(dtype) is not False
+        return self._shrink[key]
 
     def _plain(self, name: str, original, a: dict, dim: str, nbytes: int, group_size: int,
                via_ds: bool, tensor: torch.Tensor | None, members: tuple[int, ...]):

@@ -3,7 +3,7 @@ CPU ranks on one machine): once switched on, every collective the compression pa
 first sleeps in proportion to the largest tensor it touches, inside the call the patch
 times, so the accounting measures a link that got slower. compression.auto.slow_link_*
 switches it on at a step; the emulated cluster reshapes its real uplinks instead
-(emulated.cluster.reshape_uplinks)."""
+(launch.emulated.cluster.reshape_uplinks)."""
 
 from __future__ import annotations
 

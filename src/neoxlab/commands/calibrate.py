@@ -8,9 +8,10 @@ Without --runs it launches CALIBRATION_RUNS itself (4 local ranks each, a few mi
    (mpi4py), each fitted to OSU-style sweeps of neoxlab.omb under mpiexec (all-reduce on
    2 and 4 ranks: t = 2(n-1) alpha + 2(n-1)/n M / B, least squares; ping-pong latency:
    t = alpha_p2p + M / B);
-2. codecs: encode/decode throughput and per-call cost of zfp and mpc, timed in this process
-   on one thread (the ranks' setting) at a small and a large message; mpc's ratio on the
-   same data;
+2. codecs: encode/decode throughput and per-call cost of the specs each codec names for
+   calibration (compress.registry.calibration_specs: zfp at rates 8 and 24, mpc), timed in
+   this process on one thread (the ranks' setting) at a small and a large message; mpc's
+   ratio on the same data;
 3. compute: the achievable rate, the per-layer-per-micro-batch and the per-step framework
    overheads, fitted (least squares, all >= 0) so that the model, holding 1. and 2.,
    reproduces the measured median step times of calibration runs (run dirs with
@@ -43,6 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
+from neoxlab.compress.registry import calibration_specs
 from neoxlab.config import Config, ConfigError
 from neoxlab.config.compose import compose_experiment
 from neoxlab.config.profile import PerfProfile
@@ -51,10 +53,11 @@ from neoxlab.launch.local import mpiexec_path
 from neoxlab.layout import resolve_layout
 from neoxlab.perfmodel.codec_timing import measure_codec
 from neoxlab.perfmodel.fit import fit_alpha_beta, nonnegative_lstsq
-from neoxlab.perfmodel.predict import _predict
+from neoxlab.perfmodel.predict import predict_with
 from neoxlab.perfmodel.stretch import Sampler, during_steps
 from neoxlab.run import rundir
 from neoxlab.tune import insitu
+from neoxlab.tune.candidates import tune_codecs
 
 # The calibration runs (neox_small, data parallel on 4 ranks, overrides of experiment
 # local_3d): micro-batches of 1 and 4 sequences separate the FLOP rate from the per-layer
@@ -73,8 +76,6 @@ OMB_SIZES = "4096:4194304"
 # OSU's defaults that neoxlab.omb follows (single; a barrier after every collective call):
 # at single, 4 ranks on 2 cores make MPICH's large all-reduces far slower
 OMB_ITERS = ("-i", "100", "-x", "10", "--thread-level", "multiple", "--timing", "loop")
-# profile key -> the spec timed; "zfp" (rate 8) stands for any rate without its own profile
-CODEC_SPECS = {"zfp": "zfp:rate=8", "zfp:rate=24": "zfp:rate=24", "mpc": "mpc"}
 DEFAULT_CALIBRATION = Path("calibration") / "local.json"
 
 
@@ -112,7 +113,7 @@ def _with(profile: PerfProfile, values: dict[str, float]) -> PerfProfile:
 
 
 def _branches(cfg: Config, profile: PerfProfile, external: float | None) -> tuple[float, float]:
-    pred = _predict(cfg, resolve_layout(cfg), profile, "calibration", external)
+    pred = predict_with(cfg, resolve_layout(cfg), profile, "calibration", external)
     return pred.critical_s, pred.throughput_s
 
 
@@ -185,7 +186,7 @@ def calibrate(base: PerfProfile, runs: list[tuple[Path, float | None]], links: b
                            for b, n, rows, k in sweeps]}
         profile = dataclasses.replace(profile, intra=fitted["gloo"], inter=fitted["gloo"])
     codecs, raw = {}, {}
-    for name, spec in CODEC_SPECS.items():
+    for name, spec in calibration_specs().items():
         codecs[name], raw[name] = measure_codec(spec)
     measured["codecs"] = raw
     profile = dataclasses.replace(profile, codecs=codecs)
@@ -299,7 +300,7 @@ def measure_insitu(args: list[str]) -> int:
         return 2
     try:
         cfg = compose_experiment(names[0], [a for a in args if not a.startswith("experiment=")])
-        found = insitu.resolve(cfg, measure=True, specs=cfg.tune.codecs, fresh=True)
+        found = insitu.resolve(cfg, measure=True, specs=tune_codecs(cfg), fresh=True)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -18,27 +18,29 @@ from neoxlab.engines.builtin.train_rules import validate_checkpointing
 from neoxlab.engines.registry import engine_of, unknown_engine
 from neoxlab.files import disk_full
 from neoxlab.launch.cluster_rules import validate_cluster
+from neoxlab.launch.schedulers import SCHEDULERS, scheduler_of
 from neoxlab.tasks import TASKS
 
 
 def problems(cfg: Config) -> list[str]:
     """Every violated rule; empty when the experiment can run."""
     errors = layout.basic_errors(cfg) + unknown_engine(cfg)
-    if cfg.task.name not in TASKS:
-        errors.append(f"task.name='{cfg.task.name}' is not one of {list(TASKS)}; pick one of "
-                      "them (a new task is one line in neoxlab/tasks/__init__.py)")
-    if errors:  # the rules below need positive sizes, a known task and a known engine
+    errors += [p for p in (TASKS.problem(cfg.task.name),
+                           SCHEDULERS.problem(cfg.cluster.scheduler)) if p]
+    if errors:  # the rules below need positive sizes and a known task, engine and scheduler
         return errors
     world = layout.world_size(cfg)
+    task, engine = TASKS[cfg.task.name], engine_of(cfg)
     errors = layout.validate(cfg)
     errors += validate_checkpointing(cfg, world)
-    errors += validate_compression(cfg)
-    engine = engine_of(cfg)
+    errors += validate_compression(cfg, task.trains)
     errors += validate_group_backends(cfg.engine.group_backends, engine.routes_groups)
     errors += validate_online_engine(cfg, engine.rechecks_compression)
-    errors += TASKS[cfg.task.name].rules(cfg, world)
+    errors += task.rules(cfg, world)
     errors += validate_cluster(cfg)
-    errors += engine.rules(cfg)
+    errors += engine.rules(cfg, task.trains)
+    if task.trains and scheduler_of(cfg).runs_here:  # on a cluster the ranks check the data
+        errors += engine.data_rules(cfg)
     return errors or layout.memory_errors(cfg)
 
 

@@ -8,16 +8,13 @@ import sys
 from pathlib import Path
 
 from neoxlab.commands.check import check, exit_on_config_error
-from neoxlab.commands.here import run_here
 from neoxlab.commands.plan import plan_run
 from neoxlab.commands.status import report
 from neoxlab.config import Config, ConfigError
 from neoxlab.config.compose import compose_experiment, list_experiments
-from neoxlab.emulated.launch import preflight
 from neoxlab.engines.registry import engine_of
 from neoxlab.launch.manifest import record_job
-from neoxlab.launch.schedulers import scheduler_module
-from neoxlab.launch.slurm import local_slurm_refusal
+from neoxlab.launch.schedulers import scheduler_of
 from neoxlab.launch.submit import submit_from_login
 from neoxlab.layout import Layout
 from neoxlab.results import figures, tables
@@ -57,21 +54,22 @@ def split_args(args: list[str]) -> tuple[str, list[str]]:
 
 
 def check_scheduler(cfg: Config) -> None:
-    """Refuse before planning when the job cannot be submitted from this machine."""
-    scheduler = cfg.cluster.scheduler
-    if cfg.cluster.emulated is not None:  # namespaces on this machine: root, ip, a fit
-        preflight(cfg)
-    if scheduler == "local" or not cfg.launch.submit:
+    """Refuse before planning when the job cannot be started or submitted from this machine
+    (e.g. namespaces need root; this machine's own Slurm is down; no bsub here)."""
+    scheduler = scheduler_of(cfg)
+    if not scheduler.runs_here and not cfg.launch.submit:
+        return  # the job script is only rendered
+    problems = scheduler.problems(cfg)
+    if problems:
+        raise ConfigError("; ".join(problems))
+    if scheduler.runs_here:
         return
-    refusal = local_slurm_refusal(cfg)  # this machine's own Slurm, not started
-    if refusal:
-        raise ConfigError(refusal)
-    command = scheduler_module(scheduler).SUBMIT
+    command = scheduler.submit_command
     if shutil.which(command) is None:
         raise ConfigError(
-            f"cluster '{cfg.cluster.name}' submits with {command} ({scheduler}), which is not "
-            f"on this machine; run from the cluster's login node, or add launch.submit=false "
-            "to render the job script only"
+            f"cluster '{cfg.cluster.name}' submits with {command} ({cfg.cluster.scheduler}), "
+            "which is not on this machine; run from the cluster's login node, or add "
+            "launch.submit=false to render the job script only"
         )
     problems = engine_of(cfg).submit_checks(cfg)
     if problems:
@@ -84,7 +82,8 @@ def members_of(cfg: Config, overrides: list[str]) -> list[tuple[Config, Layout]]
     if not cfg.runs:
         members = [cfg]
     else:
-        extra = list(TASKS[cfg.task.name].member_overrides) if cfg.task.name in TASKS else []
+        task = TASKS.get(cfg.task.name)
+        extra = list(task.member_overrides) if task is not None else []
         members = [compose_experiment(name, [*overrides, *extra]) for name in cfg.runs]
     checked = []
     for member in members:
@@ -98,7 +97,7 @@ def run_comparison(cfg: Config, members: list[tuple[Config, Layout]], overrides:
                    argv: list[str]) -> int:
     """Run the (checked) members in order, then one table and the figures."""
     rows, worst = [], 0
-    ran_here = all(m.cluster.scheduler == "local" and m.launch.submit for m, _ in members)
+    ran_here = all(runs_here(member) for member, _ in members)
     for member, layout in members:
         print(f"[neoxlab] === {member.experiment} ===", flush=True)
         code, run_dir = run_one(member, layout, argv, overrides)
@@ -109,6 +108,11 @@ def run_comparison(cfg: Config, members: list[tuple[Config, Layout]], overrides:
         return worst
     print(format_table(rows), flush=True)
     return worst or draw_figures(cfg)
+
+
+def runs_here(cfg: Config) -> bool:
+    """The job runs on this machine now, so its results exist when it returns."""
+    return scheduler_of(cfg).runs_here and cfg.launch.submit
 
 
 def draw_figures(cfg: Config) -> int:
@@ -125,20 +129,21 @@ def run_one(cfg: Config, layout: Layout, argv: list[str], overrides: list[str]
             ) -> tuple[int, Path]:
     run_dir = plan_run(cfg, layout, argv)
     print(f"[neoxlab] run dir: {run_dir}", flush=True)
-    if cfg.cluster.scheduler != "local":
+    scheduler, program = scheduler_of(cfg), TASKS[cfg.task.name].program
+    if not scheduler.runs_here:
         return submit_job(cfg, run_dir, overrides), run_dir
     if not cfg.launch.submit:
         print("[neoxlab] launch.submit=false: validated and planned, nothing started", flush=True)
         return 0, run_dir
     record_job(run_dir, cfg, None, overrides=overrides)
-    code = run_here(cfg, run_dir)
+    code = scheduler.launch(cfg, run_dir, program)
     report(run_dir)
     return code, run_dir
 
 
 def submit_job(cfg: Config, run_dir: Path, overrides: list[str]) -> int:
     """Render the job script into the run dir; submit it unless launch.submit=false."""
-    script = scheduler_module(cfg.cluster.scheduler).write_script(cfg, run_dir)
+    script = scheduler_of(cfg).write_script(cfg, run_dir, TASKS[cfg.task.name].program)
     print(f"[neoxlab] job script: {script}", flush=True)
     if not cfg.launch.submit:
         print("[neoxlab] launch.submit=false: job script rendered, nothing submitted",
@@ -159,9 +164,8 @@ def run(args: list[str]) -> int:
     if cfg.runs:
         return run_comparison(cfg, members, overrides, argv)
     code, _ = run_one(cfg, members[0][1], argv, overrides)
-    ran_here = cfg.cluster.scheduler == "local" and cfg.launch.submit
-    if code == 0 and ran_here and cfg.task.name == "serve":
-        return draw_figures(cfg)  # a serve run is the whole experiment: draw it now
+    if code == 0 and runs_here(cfg) and task.draws_each_run:
+        return draw_figures(cfg)  # e.g. a serve run is the whole experiment: draw it now
     return code
 
 

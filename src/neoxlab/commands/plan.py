@@ -36,7 +36,7 @@ def checkpoint_bytes(cfg: Config) -> int:
 
 def checkpoint_space_warning(cfg: Config, run_dir: Path) -> str | None:
     """Checkpoints kept (plus the one being written) against the run dir's free space."""
-    if cfg.train.checkpoint_every <= 0 or cfg.task.name != "train":
+    if cfg.train.checkpoint_every <= 0 or not TASKS[cfg.task.name].trains:
         return None
     need = checkpoint_bytes(cfg) * (cfg.train.keep_checkpoints + 1)
     free = free_bytes(run_dir)

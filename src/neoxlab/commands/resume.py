@@ -15,17 +15,16 @@ import sys
 from pathlib import Path
 
 from neoxlab.commands.check import check, exit_on_config_error
-from neoxlab.commands.here import run_here
 from neoxlab.commands.status import live_ranks, report
 from neoxlab.config import Config, ConfigError
 from neoxlab.engines.builtin import checkpoints
 from neoxlab.engines.builtin.reporting import metrics_up_to
 from neoxlab.engines.registry import without_checkpoints
 from neoxlab.launch.manifest import read as read_manifest
-from neoxlab.launch.schedulers import scheduler_module
-from neoxlab.launch.slurm import local_slurm_refusal
+from neoxlab.launch.schedulers import Scheduler, scheduler_of
 from neoxlab.launch.submit import submit_from_login
 from neoxlab.run import rundir
+from neoxlab.tasks import TASKS
 
 USAGE = "usage: python -m neoxlab resume <run_dir>   (make resume RUN=results/<exp>/<run_id>)"
 
@@ -43,19 +42,20 @@ def check_resumable(run_dir: Path) -> Config:
         )
     cfg = rundir.load_config(run_dir)
     check(cfg)  # a config.json edited into an invalid one is refused here
-    kind = without_checkpoints(cfg)
+    kind = without_checkpoints(cfg, TASKS[cfg.task.name].trains)
     if kind is not None:
         raise ConfigError(
             f"{run_dir} is {kind}; only builtin "
             "training runs have checkpoints to resume; start a new run with make run"
         )
-    if cfg.cluster.scheduler == "local":
+    scheduler = scheduler_of(cfg)
+    if scheduler.runs_here:
         alive = live_ranks(run_dir)
         if alive:
             raise ConfigError(f"{run_dir} is still running (rank pids {alive}); wait for it "
                               "to end or stop it first")
     else:
-        check_no_live_job(cfg, run_dir)
+        check_no_live_job(cfg, run_dir, scheduler)
     status = rundir.read_json(run_dir / "status.json")
     if status.get("state") == "completed":  # a failure after the last step is not complete
         done, _ = metrics_up_to(run_dir / "metrics.jsonl", cfg.train.steps)
@@ -67,22 +67,22 @@ def check_resumable(run_dir: Path) -> Config:
     return cfg
 
 
-def check_no_live_job(cfg: Config, run_dir: Path) -> None:
+def check_no_live_job(cfg: Config, run_dir: Path, scheduler: Scheduler) -> None:
     """A cluster run's newest job must have ended, and this machine must be able to submit."""
-    refusal = local_slurm_refusal(cfg)
-    if refusal:
-        raise ConfigError(f"{run_dir}: {refusal}")
-    scheduler = scheduler_module(cfg.cluster.scheduler)
-    if shutil.which(scheduler.SUBMIT) is None:
+    problems = scheduler.problems(cfg)  # e.g. this machine's own Slurm, not started
+    if problems:
+        raise ConfigError(f"{run_dir}: {'; '.join(problems)}")
+    if shutil.which(scheduler.submit_command) is None:
         raise ConfigError(
             f"{run_dir} ran on cluster '{cfg.cluster.name}', which submits with "
-            f"{scheduler.SUBMIT}; not on this machine: run make resume on its login node"
+            f"{scheduler.submit_command}; not on this machine: run make resume on its login "
+            "node"
         )
     jobs = [e for e in read_manifest(run_dir.parent.parent, cfg.experiment)
             if e.get("run_id") == run_dir.name and e.get("job_id")]
     if jobs:
         state = scheduler.job_state(jobs[-1]["job_id"])
-        if state.split()[0] in scheduler.LIVE_STATES:
+        if state.split()[0] in scheduler.live_states:
             raise ConfigError(f"{run_dir}: its job {jobs[-1]['job_id']} is {state}; wait for "
                               "it to end (or cancel it) before resuming")
 
@@ -119,9 +119,10 @@ def main(args: list[str] | None = None) -> int:
 def resume(run_dir: Path) -> int:
     cfg = check_resumable(run_dir)
     print(plan_line(run_dir, cfg), flush=True)
-    if cfg.cluster.scheduler != "local":
+    scheduler = scheduler_of(cfg)
+    if not scheduler.runs_here:
         return resubmit(cfg, run_dir)
-    code = run_here(cfg, run_dir)
+    code = scheduler.launch(cfg, run_dir, TASKS[cfg.task.name].program)
     report(run_dir)
     return code
 

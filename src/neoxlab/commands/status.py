@@ -15,7 +15,7 @@ import psutil
 from neoxlab.config import ConfigError
 from neoxlab.config.compose import compose_experiment
 from neoxlab.launch import manifest
-from neoxlab.launch.schedulers import scheduler_module
+from neoxlab.launch.schedulers import SCHEDULERS
 from neoxlab.run import rundir
 
 COLUMNS = ("experiment", "run_id", "scheduler", "job_id", "job_state", "run_state",
@@ -64,15 +64,20 @@ def run_state(run_dir: Path, scheduler: str) -> str:
         state = rundir.read_json(path).get("state", "?")
     except (OSError, ValueError) as exc:
         return f"unknown (status.json unreadable: {exc})"
-    if state == rundir.State.RUNNING and scheduler == "local" and not live_ranks(run_dir):
+    record = SCHEDULERS.get(scheduler)
+    here = record is not None and record.runs_here
+    if state == rundir.State.RUNNING and here and not live_ranks(run_dir):
         return "unknown (status.json says running, but no rank of it is alive)"
     return state
 
 
 def job_state(scheduler: str, job_id: str | None) -> str:
-    if scheduler == "local" or job_id is None:
+    record = SCHEDULERS.get(scheduler)
+    if record is None:
+        return f"unknown (no scheduler '{scheduler}' here: {list(SCHEDULERS)})"
+    if job_id is None:
         return "-"
-    return scheduler_module(scheduler).job_state(job_id)
+    return record.job_state(job_id)
 
 
 def rows_for(experiment: str, results: Path) -> list[dict[str, str]]:

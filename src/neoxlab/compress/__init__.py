@@ -12,18 +12,32 @@
 
 Families: none/fp16/bf16 (casts), int8/int4 (blockwise quantization), topk, zfp (ZFP
 fixed rate in torch, bit-identical to zfpy; ``zfp:impl=zfpy`` runs the ZFP library),
-mpc (lossless). See base.py for the wire format.
+mpc (lossless). The interface and each codec's stated facts: base.py; the wire header:
+wire.py; codecs by name: registry.py. A codec is one file here: every module of this
+package with a top-level ``@register(...)`` is imported below, so adding a codec is adding
+its file.
 """
 
-from neoxlab.compress import casts, mpc, quant, topk, zfp  # noqa: F401  (registration)
-from neoxlab.compress.base import (
-    CompressionConfigError,
-    Compressor,
-    CompressorStats,
-    WireFormatError,
-    encoded_nbytes,
-)
+import importlib
+import re
+from pathlib import Path
+
+from neoxlab.compress.base import CompressionConfigError, Compressor, CompressorStats
 from neoxlab.compress.registry import available, decode_any, make_compressor, parse_spec
+from neoxlab.compress.wire import WireFormatError, encoded_nbytes
+
+_REGISTERS = re.compile(r"^@register\(", re.MULTILINE)
+
+
+def _import_codecs() -> None:
+    """Import every codec module of this package (found by its @register decorator, so
+    helper modules such as the Triton kernels are not imported here), in file order."""
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        if not path.stem.startswith("_") and _REGISTERS.search(path.read_text()):
+            importlib.import_module(f"{__name__}.{path.stem}")
+
+
+_import_codecs()
 
 __all__ = [
     "CompressionConfigError",

@@ -1,27 +1,11 @@
-"""The compressor interface, its wire header and the shared encode/decode path.
+"""The compressor interface: what every codec does and states about itself.
 
-Every compressor produces a self-describing 1-D uint8 buffer so that a receiver (or
-``decode_any``) can rebuild the tensor without out-of-band metadata, and so that a
-collective can size its receive buffers from ``max_encoded_bytes`` alone.
-
-Wire format (little-endian), version 1::
-
-    off  size  field
-      0     2  magic b"NX"
-      2     1  format version (1)
-      3     1  compressor id (registry)
-      4     1  original dtype code (DTYPE_CODES)
-      5     1  flags (bit 0: PASSTHROUGH, body is the raw tensor bytes)
-      6     1  ndim (0..255)
-      7     1  body length, bits 32..39
-      8     4  u32 compressor parameter (zfp rate, block, mpc dim, topk k; 0 if none)
-     12     4  body length, bits 0..31
-     16  8*nd  shape, one int64 per dimension
-    ...        body (starts 8-byte aligned)
-
-The body length makes a message self-delimiting: ``decode`` accepts a buffer with trailing
-bytes (e.g. a slot of ``max_encoded_bytes`` filled by a padded all-gather), and
-``encoded_nbytes(buf)`` tells the exact wire size from the header alone.
+A codec is one file in compress/: a ``Compressor`` subclass registered by name
+(registry.register). Besides encoding and decoding it states its facts, which the rest of
+neoxlab asks instead of comparing codec names: its wire size per dtype (``coded_nbytes``,
+``fixed_nbytes``, ``wire_bits``), whether it shrinks a dtype (``shrinks``), its kernel paths
+(``kernels``), the profile entry that prices it (``cost_class``), the specs calibration
+times (``calibration``) and the tuner's candidates (``tune_specs``).
 
 Fixed-size payloads (``fixed_nbytes``/``encode_fixed``/``decode_fixed``): fixed-rate codecs
 (zfp, int8/int4, fp16/bf16, none) also write a bare payload whose size is a function of
@@ -35,13 +19,12 @@ through untouched. A body is never larger than the raw tensor: when compressing 
 shrink the message (tiny tensors, incompressible data) or would change values it must not
 (NaN/Inf into a lossy codec), the raw bytes are sent with the PASSTHROUGH flag and counted
 in ``stats.passthrough``. Hence ``max_encoded_bytes = header + numel * itemsize`` for
-every compressor (``none`` sends its raw body without the flag).
+every compressor (``none`` sends its raw body without the flag). The header: wire.py.
 """
 
 from __future__ import annotations
 
 import math
-import struct
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -49,196 +32,22 @@ from typing import Any, ClassVar
 
 import torch
 
-MAGIC = b"NX"
-FORMAT_VERSION = 1
-FLAG_PASSTHROUGH = 1
-HEADER_FIXED = 16
-DEFAULT_MAX_NDIM = 8
-_FIXED = struct.Struct("<2sBBBBBBII")
+from neoxlab.compress.wire import (
+    DEFAULT_MAX_NDIM,
+    FLAG_PASSTHROUGH,
+    Header,
+    WireFormatError,
+    header_nbytes,
+    raw_bytes,
+    view_as,
+)
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-_DTYPE_NAMES = [
-    "float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8",
-    "uint8", "bool", "complex64", "complex128", "uint16", "uint32", "uint64",
-    "float8_e4m3fn", "float8_e5m2", "complex32",
-]
-DTYPE_CODES: dict[torch.dtype, int] = {
-    getattr(torch, n): i + 1 for i, n in enumerate(_DTYPE_NAMES) if hasattr(torch, n)
-}
-CODE_DTYPES: dict[int, torch.dtype] = {c: d for d, c in DTYPE_CODES.items()}
-
-
-class CompressionConfigError(ValueError):
-    """Unknown compressor name or bad parameter; the message names value, rule and fix."""
-
-
-class WireFormatError(ValueError):
-    """A buffer that is not a valid neoxlab compressed message."""
-
-
-@dataclass
-class CompressorStats:
-    """Per-instance counters; collectives sum them into their communication accounting."""
-
-    calls: int = 0  # encode calls
-    decodes: int = 0  # decode calls
-    bytes_in: int = 0  # raw bytes given to encode
-    bytes_out: int = 0  # wire bytes produced by encode, headers included
-    passthrough: int = 0  # messages sent raw (NaN/Inf, non-float, tiny or incompressible)
-    staged_to_host: int = 0  # device tensors copied to host for a host-only codec
-
-    @property
-    def ratio(self) -> float:
-        """bytes_in / bytes_out over all encode calls (1.0 before any call)."""
-        return self.bytes_in / self.bytes_out if self.bytes_out else 1.0
-
-    def reset(self) -> None:
-        for f in fields(self):
-            setattr(self, f.name, 0)
-
-
-def header_nbytes(ndim: int) -> int:
-    return HEADER_FIXED + 8 * ndim
-
-
-@dataclass
-class Header:
-    cid: int
-    dtype: torch.dtype
-    shape: tuple[int, ...]
-    param: int = 0
-    flags: int = 0
-
-    @property
-    def nbytes(self) -> int:
-        return header_nbytes(len(self.shape))
-
-    @property
-    def numel(self) -> int:
-        return math.prod(self.shape)
-
-    @property
-    def passthrough(self) -> bool:
-        return bool(self.flags & FLAG_PASSTHROUGH)
-
-    def pack(self, body_nbytes: int) -> bytes:
-        if len(self.shape) > 255:
-            raise WireFormatError(f"ndim={len(self.shape)} exceeds the wire limit of 255")
-        if body_nbytes >= 1 << 40:
-            raise WireFormatError(f"body of {body_nbytes} bytes exceeds the wire limit of 1 TiB")
-        fixed = _FIXED.pack(MAGIC, FORMAT_VERSION, self.cid, DTYPE_CODES[self.dtype],
-                            self.flags, len(self.shape), body_nbytes >> 32, self.param,
-                            body_nbytes & 0xFFFFFFFF)
-        return fixed + struct.pack(f"<{len(self.shape)}q", *self.shape)
-
-    def alloc(self, body_nbytes: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """Allocate the whole wire buffer with the header written; return (buf, body view)."""
-        head = self.pack(body_nbytes)
-        buf = torch.empty(len(head) + body_nbytes, dtype=torch.uint8, device=device)
-        buf[: len(head)].copy_(host_bytes(head, device), non_blocking=True)
-        return buf, buf[len(head):]
-
-    def join(self, *parts: torch.Tensor) -> torch.Tensor:
-        """Header followed by the given uint8 parts, in one buffer on the parts' device."""
-        device = parts[0].device
-        buf, body = self.alloc(sum(p.numel() for p in parts), device)
-        off = 0
-        for p in parts:
-            body[off: off + p.numel()].copy_(p)
-            off += p.numel()
-        return buf
-
-    @classmethod
-    def parse(cls, buf: torch.Tensor) -> tuple[Header, torch.Tensor]:
-        """Read the header of a wire buffer; return it and the body (a view of buf, without
-        any trailing bytes)."""
-        if not isinstance(buf, torch.Tensor) or buf.dtype != torch.uint8 or buf.dim() != 1:
-            raise WireFormatError("a wire buffer must be a 1-D torch.uint8 tensor")
-        if buf.numel() < HEADER_FIXED:
-            raise WireFormatError(f"buffer of {buf.numel()} bytes is shorter than a header")
-        fixed = bytes(buf[:HEADER_FIXED].cpu().numpy())
-        magic, ver, cid, dcode, flags, ndim, len_hi, param, len_lo = _FIXED.unpack(fixed)
-        if magic != MAGIC:
-            raise WireFormatError(f"bad magic {magic!r}: not a neoxlab compressed message")
-        if ver != FORMAT_VERSION:
-            raise WireFormatError(f"wire format version {ver} is not supported "
-                                  f"(this build reads {FORMAT_VERSION})")
-        if dcode not in CODE_DTYPES:
-            raise WireFormatError(f"unknown dtype code {dcode} in header")
-        hlen = header_nbytes(ndim)
-        if buf.numel() < hlen:
-            raise WireFormatError(f"buffer of {buf.numel()} bytes is shorter than its header")
-        body_nbytes = len_hi << 32 | len_lo
-        if buf.numel() < hlen + body_nbytes:
-            raise WireFormatError(f"buffer of {buf.numel()} bytes is truncated: its header "
-                                  f"announces {hlen + body_nbytes}")
-        shape = struct.unpack(f"<{ndim}q", bytes(buf[HEADER_FIXED:hlen].cpu().numpy()))
-        hdr = cls(cid=cid, dtype=CODE_DTYPES[dcode], shape=tuple(shape), param=param,
-                  flags=flags)
-        return hdr, buf[hlen: hlen + body_nbytes]
-
-
-def checked_size(c: Compressor, buf: torch.Tensor, nbytes: int) -> torch.Tensor:
-    """buf, when it has the size its codec's payload_sizes announced (a collective has
-    already told the receivers that size)."""
-    if buf.numel() != nbytes:
-        raise RuntimeError(f"{c.describe()}: the encoded message has {buf.numel()} bytes, its "
-                           f"payload_sizes said {nbytes}; the two must agree (a codec bug)")
-    return buf
-
-
-def host_bytes(data: bytes, device: torch.device) -> torch.Tensor:
-    """`data` as a uint8 host tensor to copy to `device`: pinned for a CUDA device, so that
-    a non-blocking copy is queued without waiting for the device (a copy from pageable
-    memory synchronizes the stream)."""
-    t = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-    return t.pin_memory() if device.type == "cuda" else t
-
-
-def encoded_nbytes(buf: torch.Tensor) -> int:
-    """Exact wire size of the message at the start of buf (header + body), from its header."""
-    hdr, body = Header.parse(buf)
-    return hdr.nbytes + body.numel()
-
-
-def view_as(raw: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Reinterpret a 1-D uint8 slice as dtype, copying first only if it is misaligned."""
-    if raw.storage_offset() % dtype.itemsize:
-        raw = raw.clone()
-    return raw.view(dtype)
-
-
-def raw_bytes(x: torch.Tensor) -> torch.Tensor:
-    """The bytes of a contiguous tensor as a flat uint8 view (no copy)."""
-    return x.reshape(-1).view(torch.uint8)
-
-
-def _payload_buffer(out: torch.Tensor | None, nbytes: int, device: torch.device,
-                    what: str) -> torch.Tensor:
-    """A caller's 1-D uint8 buffer of exactly nbytes on device, or a new one."""
-    if out is None:
-        return torch.empty(nbytes, dtype=torch.uint8, device=device)
-    if out.dtype != torch.uint8 or out.dim() != 1 or out.numel() != nbytes \
-            or out.device != device or not out.is_contiguous():
-        raise ValueError(f"{what}= must be a contiguous 1-D uint8 tensor of {nbytes} bytes on "
-                         f"{device}; got {out.dtype} {list(out.shape)} on {out.device}")
-    return out
-
-
-def dtype_view(buf: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
-    """A uint8 slice viewed as dtype, or None when its offset is misaligned for dtype."""
-    if buf.storage_offset() % dtype.itemsize or buf.numel() % dtype.itemsize:
-        return None
-    return buf.view(dtype)
-
-
-def finite_absmax(x: torch.Tensor) -> float | None:
-    """max|x| in one pass without temporaries, or None if x holds NaN or Inf."""
-    lo, hi = torch.stack(torch.aminmax(x)).float().tolist()  # one device sync
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return None
-    return max(-lo, hi)
+# values in a "large" message: a multiple of every block size (ZFP's 16, int8's blocks up
+# to 2^20), so a fixed-rate codec's bits per value come out exact (wire_bits)
+LARGE_NUMEL = 1 << 20
+# the dtype of a value width, for callers that know only bits per value (the model)
+WIDTH_DTYPES = {16: torch.float16, 32: torch.float32, 64: torch.float64}
 
 
 class Compressor(ABC):
@@ -250,12 +59,23 @@ class Compressor(ABC):
     contiguity and the statistics.
     """
 
-    name: ClassVar[str]
-    cid: ClassVar[int]
+    name: ClassVar[str]  # set by registry.register
+    cid: ClassVar[int]  # the header's compressor id, set by registry.register
     lossless: ClassVar[bool] = False
     dtypes: ClassVar[tuple[torch.dtype, ...]] = FLOAT_DTYPES
     requires: ClassVar[tuple[str, ...]] = ()  # importable modules the codec needs
     gain_required: ClassVar[bool] = True  # send raw when the body would not be smaller
+    # the paths it runs: "torch" (tensor ops, any device), "triton" (fused kernels on CUDA,
+    # kernels.py picks); a GPU without Triton (Lassen's ppc64le) prices a fused codec at its
+    # torch-ops throughput (perfmodel.predict.kernel_profile)
+    kernels: ClassVar[tuple[str, ...]] = ("torch",)
+    # the cluster profile's codecs entry that prices it when the profile has none of its
+    # own (a codec doing the same passes over the data); None: only its own name
+    cost_class: ClassVar[str | None] = None
+    # (profile key, spec timed) that calibration measures for this codec
+    calibration: ClassVar[tuple[tuple[str, str], ...]] = ()
+    # specs task=tune tries on every compressible dimension (tune.codecs empty: all codecs')
+    tune_specs: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, **unknown: Any) -> None:
         if unknown:
@@ -315,13 +135,26 @@ class Compressor(ABC):
         raw = numel * dtype.itemsize
         return coded if dtype in self.dtypes and coded < raw else raw
 
+    def wire_bits(self, dtype: torch.dtype) -> float | None:
+        """Bits per value of this codec's own coding of a large message of dtype (None when
+        the size depends on the data): what the performance model prices, and more than
+        the dtype's width when the codec cannot shrink it (then ``shrinks`` is False and
+        the message travels raw)."""
+        coded = self.coded_nbytes(LARGE_NUMEL, dtype)
+        return None if coded is None else 8 * coded / LARGE_NUMEL
+
+    @classmethod
+    def fused(cls) -> bool:
+        """Whether it has fused GPU kernels besides its torch-ops path."""
+        return "triton" in cls.kernels
+
     def shrinks(self, dtype: torch.dtype) -> bool | None:
         """Whether this codec makes large messages of dtype smaller: False means every
         such message is sent raw (e.g. zfp rate >= 16 or fp16 on fp16 data); None when it
         depends on the data (mpc, topk)."""
         if dtype not in self.dtypes:
             return False
-        numel = 1 << 20
+        numel = LARGE_NUMEL
         coded = self.coded_nbytes(numel, dtype)
         return None if coded is None else coded < numel * dtype.itemsize
 
@@ -494,6 +327,31 @@ class Compressor(ABC):
         """Rebuild the flat tensor of hdr.dtype from a non-passthrough body."""
 
 
+@dataclass
+class CompressorStats:
+    """Per-instance counters; collectives sum them into their communication accounting."""
+
+    calls: int = 0  # encode calls
+    decodes: int = 0  # decode calls
+    bytes_in: int = 0  # raw bytes given to encode
+    bytes_out: int = 0  # wire bytes produced by encode, headers included
+    passthrough: int = 0  # messages sent raw (NaN/Inf, non-float, tiny or incompressible)
+    staged_to_host: int = 0  # device tensors copied to host for a host-only codec
+
+    @property
+    def ratio(self) -> float:
+        """bytes_in / bytes_out over all encode calls (1.0 before any call)."""
+        return self.bytes_in / self.bytes_out if self.bytes_out else 1.0
+
+    def reset(self) -> None:
+        for f in fields(self):
+            setattr(self, f.name, 0)
+
+
+class CompressionConfigError(ValueError):
+    """Unknown compressor name or bad parameter; the message names value, rule and fix."""
+
+
 def check_int(comp: str, name: str, value: Any, lo: int, hi: int, example: str) -> int:
     """Validate an integer parameter; the error names the value, the rule and a fix."""
     if isinstance(value, bool) or not isinstance(value, int):
@@ -505,3 +363,32 @@ def check_int(comp: str, name: str, value: Any, lo: int, hi: int, example: str) 
             f"{comp} {name}={value!r} is out of range: {name} must be an integer in "
             f"[{lo}, {hi}]; use e.g. {example}")
     return value
+
+
+def checked_size(c: Compressor, buf: torch.Tensor, nbytes: int) -> torch.Tensor:
+    """buf, when it has the size its codec's payload_sizes announced (a collective has
+    already told the receivers that size)."""
+    if buf.numel() != nbytes:
+        raise RuntimeError(f"{c.describe()}: the encoded message has {buf.numel()} bytes, its "
+                           f"payload_sizes said {nbytes}; the two must agree (a codec bug)")
+    return buf
+
+
+def finite_absmax(x: torch.Tensor) -> float | None:
+    """max|x| in one pass without temporaries, or None if x holds NaN or Inf."""
+    lo, hi = torch.stack(torch.aminmax(x)).float().tolist()  # one device sync
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return None
+    return max(-lo, hi)
+
+
+def _payload_buffer(out: torch.Tensor | None, nbytes: int, device: torch.device,
+                    what: str) -> torch.Tensor:
+    """A caller's 1-D uint8 buffer of exactly nbytes on device, or a new one."""
+    if out is None:
+        return torch.empty(nbytes, dtype=torch.uint8, device=device)
+    if out.dtype != torch.uint8 or out.dim() != 1 or out.numel() != nbytes \
+            or out.device != device or not out.is_contiguous():
+        raise ValueError(f"{what}= must be a contiguous 1-D uint8 tensor of {nbytes} bytes on "
+                         f"{device}; got {out.dtype} {list(out.shape)} on {out.device}")
+    return out

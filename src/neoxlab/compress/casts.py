@@ -8,16 +8,9 @@ from __future__ import annotations
 
 import torch
 
-from neoxlab.compress.base import (
-    FLOAT_DTYPES,
-    Compressor,
-    Header,
-    dtype_view,
-    finite_absmax,
-    raw_bytes,
-    view_as,
-)
+from neoxlab.compress.base import FLOAT_DTYPES, Compressor, finite_absmax
 from neoxlab.compress.registry import register
+from neoxlab.compress.wire import Header, dtype_view, raw_bytes, view_as
 
 
 @register("none", cid=1)
@@ -30,6 +23,7 @@ class Identity(Compressor):
     lossless = True
     gain_required = False
     dtypes = (*FLOAT_DTYPES, torch.float64)
+    tune_specs = ("none",)
 
     def coded_nbytes(self, numel: int, dtype: torch.dtype) -> int:
         return numel * dtype.itemsize
@@ -85,6 +79,7 @@ class Fp16(_Cast):
     adds bf16's own rounding (2^-8 relative)."""
 
     target = torch.float16
+    tune_specs = ("fp16",)
 
 
 @register("bf16", cid=3)
@@ -94,3 +89,4 @@ class Bf16(_Cast):
     (about 3.39e38 and up) force a passthrough."""
 
     target = torch.bfloat16
+    tune_specs = ("bf16",)

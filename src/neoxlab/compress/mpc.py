@@ -47,18 +47,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from neoxlab.compress.base import (
-    FLOAT_DTYPES,
-    Compressor,
-    Header,
-    WireFormatError,
-    check_int,
-    checked_size,
-    header_nbytes,
-    host_bytes,
-    view_as,
-)
+from neoxlab.compress.base import FLOAT_DTYPES, Compressor, check_int, checked_size
+from neoxlab.compress.bitplanes import transpose_planes
 from neoxlab.compress.registry import register
+from neoxlab.compress.wire import Header, WireFormatError, header_nbytes, host_bytes, view_as
 
 _WORD = {2: torch.int16, 4: torch.int32, 8: torch.int64}
 SLICE_WORDS = 1 << 20  # wire format constant: a multiple of every chunk size (16, 32, 64)
@@ -69,68 +61,14 @@ _SPREAD = 0x8040201008040201 - (1 << 64)
 _LOW_BITS = 0x0101010101010101
 
 
-def _stages(width: int) -> list[tuple[int, int]]:
-    """(j, mask) per butterfly stage: mask selects bit columns c with c & j == 0."""
-    out = []
-    j = width // 2
-    while j:
-        pattern = (1 << j) - 1
-        mask = 0
-        for base in range(0, width, 2 * j):
-            mask |= pattern << base
-        out.append((j, mask))
-        j //= 2
-    return out
-
-
-_STAGES = {w: _stages(w) for w in (16, 32, 64)}
-
-
-def transpose_planes(z: torch.Tensor, scratch: torch.Tensor | None = None) -> torch.Tensor:
-    """In-place W x W bit-matrix transpose of every chunk; z is (W, chunks), contiguous,
-    column c holding the W words of chunk c. Afterwards bit r of z[k, c] is what was bit k
-    of z[r, c]. Stage j swaps the off-diagonal (j x j) blocks: the high-column bits of row
-    r with the low-column bits of row r + j. Arithmetic right shifts are harmless: the sign
-    copies land in masked-off bits."""
-    width, nch = z.shape
-    half = width * nch // 2
-    if scratch is None or scratch.numel() < half:
-        scratch = torch.empty(half, dtype=z.dtype, device=z.device)
-    for j, mask in _STAGES[width]:
-        v = z.view(width // (2 * j), 2, j, nch)
-        a, b = v[:, 0], v[:, 1]  # rows with bit j clear / set
-        t = scratch[:half].view(width // (2 * j), j, nch)
-        torch.bitwise_right_shift(a, j, out=t)
-        t.bitwise_xor_(b).bitwise_and_(mask)
-        b.bitwise_xor_(t)
-        a.bitwise_xor_(t.bitwise_left_shift_(j))
-    return z
-
-
-def _pack_flags(nz: torch.Tensor) -> torch.Tensor:
-    """bool[8m] -> uint8[m], MSB first: bit 7 - i of byte b = nz[8b + i]."""
-    v = nz.view(torch.uint8).view(torch.int64) * _SPREAD
-    return v.bitwise_right_shift_(56).to(torch.uint8)
-
-
-def _unpack_flags(bits: torch.Tensor) -> torch.Tensor:
-    """Inverse of _pack_flags: uint8[m] -> bool[8m]."""
-    v = bits.to(torch.int64).mul_(_SPREAD).bitwise_right_shift_(7).bitwise_and_(_LOW_BITS)
-    return v.view(torch.uint8).view(torch.bool)
-
-
-def _sizes(n: int, width: int) -> tuple[int, int]:
-    """(padded word count, bitmap bytes padded to 8)."""
-    npad = -(-n // width) * width
-    return npad, -(-npad // 64) * 8
-
-
 @register("mpc", cid=8)
 class Mpc(Compressor):
     """Lossless (bit-exact) MPC; ``dim`` = delta distance in elements, integer in [1, 64]."""
 
     lossless = True
     dtypes = (*FLOAT_DTYPES, torch.float64)
+    calibration = (("mpc", "mpc"),)  # also its ratio on the same data (data-dependent)
+    tune_specs = ("mpc",)
 
     def __init__(self, *, dim: int = 1, **unknown: object) -> None:
         super().__init__(**unknown)
@@ -259,6 +197,24 @@ class Mpc(Compressor):
         out[n:m].zero_()
         out[:m].view(-1, dim).cumsum_(0)
         return out[:n].view(hdr.dtype)
+
+
+def _pack_flags(nz: torch.Tensor) -> torch.Tensor:
+    """bool[8m] -> uint8[m], MSB first: bit 7 - i of byte b = nz[8b + i]."""
+    v = nz.view(torch.uint8).view(torch.int64) * _SPREAD
+    return v.bitwise_right_shift_(56).to(torch.uint8)
+
+
+def _unpack_flags(bits: torch.Tensor) -> torch.Tensor:
+    """Inverse of _pack_flags: uint8[m] -> bool[8m]."""
+    v = bits.to(torch.int64).mul_(_SPREAD).bitwise_right_shift_(7).bitwise_and_(_LOW_BITS)
+    return v.view(torch.uint8).view(torch.bool)
+
+
+def _sizes(n: int, width: int) -> tuple[int, int]:
+    """(padded word count, bitmap bytes padded to 8)."""
+    npad = -(-n // width) * width
+    return npad, -(-npad // 64) * 8
 
 
 # Host tensors compact row by row with NumPy (fastest on CPU, one sync per slice costs

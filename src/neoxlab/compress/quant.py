@@ -13,17 +13,10 @@ from __future__ import annotations
 
 import torch
 
-from neoxlab.compress.base import (
-    CompressionConfigError,
-    Compressor,
-    Header,
-    WireFormatError,
-    check_int,
-    dtype_view,
-    view_as,
-)
+from neoxlab.compress.base import CompressionConfigError, Compressor, check_int
 from neoxlab.compress.kernels import triton_for
 from neoxlab.compress.registry import register
+from neoxlab.compress.wire import Header, WireFormatError, dtype_view, view_as
 
 _SLICE = 1 << 18  # values per slice of work (1 MiB of fp32; 2^16 was 1.3x slower)
 _MAX_BLOCK = 1 << 20
@@ -35,6 +28,7 @@ class _Blockwise(Compressor):
 
     qmax: int
     bits: int
+    kernels = ("torch", "triton")
 
     def __init__(self, *, block: int = DEFAULT_BLOCK, **unknown: object) -> None:
         super().__init__(**unknown)
@@ -200,6 +194,7 @@ class Int8(_Blockwise):
 
     qmax = 127
     bits = 8
+    tune_specs = ("int8",)
 
 
 @register("int4", cid=5)
@@ -213,3 +208,4 @@ class Int4(_Blockwise):
 
     qmax = 7
     bits = 4
+    tune_specs = ("int4",)

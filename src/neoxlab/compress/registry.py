@@ -1,4 +1,10 @@
-"""Compressors by name: registration decorator, spec parsing, ``decode_any``.
+"""Compressors by name: registration, spec parsing, ``decode_any`` and the codecs' facts.
+
+A codec registers itself (``@register(name, cid)``); a duplicate name or id, or an unknown
+name, is refused. Everything outside compress/ that needs to know about codecs asks here
+(``codec_type``, ``fused_codecs``, ``calibration_specs``, ``tune_candidates``,
+``codec_table``) or asks a compressor instance (``wire_bits``, ``shrinks``,
+``fixed_nbytes``), instead of comparing codec names.
 
 Specs come from Hydra configs and command lines, so both ``"zfp:rate=8"`` (several
 parameters separated by commas: ``"topk:k=100"``) and ``{"name": "zfp", "rate": 8}`` are
@@ -13,7 +19,8 @@ from typing import Any
 
 import torch
 
-from neoxlab.compress.base import CompressionConfigError, Compressor, Header, WireFormatError
+from neoxlab.compress.base import CompressionConfigError, Compressor
+from neoxlab.compress.wire import Header, WireFormatError
 
 _BY_NAME: dict[str, type[Compressor]] = {}
 _BY_ID: dict[int, type[Compressor]] = {}
@@ -35,6 +42,47 @@ def register(name: str, cid: int) -> Callable[[type[Compressor]], type[Compresso
         return cls
 
     return deco
+
+
+def codec_type(name: str) -> type[Compressor]:
+    """The registered class of a codec name (its stated facts); unknown names are refused."""
+    cls = _BY_NAME.get(name)
+    if cls is None:
+        raise CompressionConfigError(
+            f"unknown compressor {name!r}: the name must be one of {sorted(_BY_NAME)}; "
+            "use e.g. 'zfp:rate=8'")
+    return cls
+
+
+def fused_codecs() -> list[str]:
+    """Names of the codecs with fused GPU kernels besides their torch-ops path."""
+    return [n for n, c in _BY_NAME.items() if c.fused()]
+
+
+def calibration_specs() -> dict[str, str]:
+    """Profile key -> the spec calibration times for it, over every registered codec."""
+    return {key: spec for c in _BY_NAME.values() for key, spec in c.calibration}
+
+
+def tune_candidates() -> list[str]:
+    """The specs task=tune tries when tune.codecs names none, in registration order."""
+    return [spec for n, c in _BY_NAME.items() if _usable(c) for spec in c.tune_specs]
+
+
+CODEC_TABLE_HEAD = ("| codec | lossless | wire bits per value (fp32 / fp16, default "
+                    "parameters) | kernels | tuner candidates |\n|---|---|---|---|---|")
+
+
+def codec_table() -> str:
+    """The codecs as docs/compression.md shows them, one row each (a test compares)."""
+    rows = [CODEC_TABLE_HEAD]
+    for name, cls in _BY_NAME.items():
+        c = cls()
+        bits = [c.wire_bits(d) for d in (torch.float32, torch.float16)]
+        shown = " / ".join("data-dependent" if b is None else f"{b:g}" for b in bits)
+        rows.append(f"| `{name}` | {'yes' if cls.lossless else 'no'} | {shown} | "
+                    f"{', '.join(cls.kernels)} | {', '.join(cls.tune_specs) or '-'} |")
+    return "\n".join(rows)
 
 
 def _usable(cls: type[Compressor]) -> bool:
@@ -88,11 +136,7 @@ def make_compressor(spec: str | Mapping[str, Any], **params: Any) -> Compressor:
     """Build a compressor from a spec; every parameter is validated by its constructor."""
     name, parsed = parse_spec(spec)
     parsed.update(params)
-    cls = _BY_NAME.get(name)
-    if cls is None:
-        raise CompressionConfigError(
-            f"unknown compressor {name!r}: the name must be one of {sorted(_BY_NAME)}; "
-            "use e.g. 'zfp:rate=8'")
+    cls = codec_type(name)
     if not _usable(cls):
         raise CompressionConfigError(
             f"compressor {name!r} needs the Python module(s) {list(cls.requires)}, which are "

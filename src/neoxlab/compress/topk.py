@@ -12,17 +12,9 @@ from collections.abc import Callable
 
 import torch
 
-from neoxlab.compress.base import (
-    CompressionConfigError,
-    Compressor,
-    Header,
-    WireFormatError,
-    checked_size,
-    finite_absmax,
-    header_nbytes,
-    view_as,
-)
+from neoxlab.compress.base import CompressionConfigError, Compressor, checked_size, finite_absmax
 from neoxlab.compress.registry import register
+from neoxlab.compress.wire import Header, WireFormatError, header_nbytes, view_as
 
 _MAX_INDEX = 2**31 - 1
 _SAMPLE = 1 << 15
@@ -104,6 +96,11 @@ class TopK(Compressor):
         if self.k is not None:
             return min(self.k, numel)
         return min(numel, max(1, math.ceil(self.ratio * numel)))
+
+    def wire_bits(self, dtype: torch.dtype) -> float | None:
+        """A value and its int32 index per kept value; None for a fixed k (its share of a
+        message depends on the message's size)."""
+        return None if self.ratio is None else self.ratio * (8 * dtype.itemsize + 32)
 
     def _header_param(self, numel: int) -> int:
         return self.keep(numel)

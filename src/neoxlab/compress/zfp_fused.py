@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import torch
 
-from neoxlab.compress.mpc import _STAGES
+from neoxlab.compress.bitplanes import STAGES
 from neoxlab.compress.zfp_torch import _EBIAS, _INT_MIN, _STATE, _STEPS, PERM
 
 _NB = -0x55555556  # 0xaaaaaaaa as int32
@@ -57,9 +57,9 @@ def _inv_lift(x: T, y: T, z: T, w: T) -> tuple[T, T, T, T]:
 
 def _transpose16(rows: list[torch.Tensor]) -> list[torch.Tensor]:
     """16 x 16 bit-matrix transpose of 16 int64 vectors holding 16-bit words: afterwards
-    bit r of out[k] is bit k of rows[r] (the stages of mpc.transpose_planes)."""
+    bit r of out[k] is bit k of rows[r] (the stages of bitplanes.transpose_planes)."""
     z = list(rows)
-    for j, mask in _STAGES[16]:
+    for j, mask in STAGES[16]:
         for r in range(16):
             if r & j:
                 continue

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import torch
 
-from neoxlab.compress.mpc import transpose_planes
+from neoxlab.compress.bitplanes import transpose_planes
 
 # blocks per chunk of work: on CPU small enough for the temporaries to stay in cache
 # (4096 measured fastest of 1024..65536), on an accelerator large enough to fill it

@@ -37,11 +37,11 @@ class LinkProfile:
     full_gbs: float | None = None
 
 
-# Where the fused GPU codecs (Triton kernels) run: Triton publishes wheels for these CPU
-# architectures only; a GPU node of another (Lassen's POWER9, ppc64le) runs the codecs'
-# torch-ops path, about a hundred elementwise kernels per chunk.
+# Where the fused GPU codecs (Triton kernels; which codecs have them: compress's registry,
+# fused_codecs) run: Triton publishes wheels for these CPU architectures only; a GPU node of
+# another (Lassen's POWER9, ppc64le) runs the codecs' torch-ops path, about a hundred
+# elementwise kernels per chunk.
 TRITON_ARCHES = ("x86_64", "aarch64")
-FUSED_CODECS = ("zfp", "int8", "int4")
 
 
 def torch_codecs_on(device: str, arch: str) -> bool:

@@ -15,8 +15,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
 from neoxlab.config.budget_map import error_budget as error_budget_from_map
+from neoxlab.config.emulated import EmulatedConfig
 from neoxlab.config.profile import PerfProfile
-from neoxlab.emulated.config import EmulatedConfig
 
 
 class Dim(StrEnum):
@@ -135,7 +135,7 @@ class CompressionConfig:
 @dataclass
 class ClusterConfig:
     name: str = "local"
-    scheduler: str = "local"  # local | lsf | slurm
+    scheduler: str = "local"  # a record of launch/schedulers.py: local, emulated, lsf, slurm
     nodes: int = 1
     # the machine's size: more cluster.nodes are refused (launch.rules); null: not known
     max_nodes: int | None = None
@@ -302,14 +302,6 @@ class ServeConfig:
     native_attention: bool = True
 
 
-# codecs task=tune tries on every compressible dimension, as compressor specs
-TUNE_CODECS = ("none", "zfp:rate=4", "zfp:rate=6", "zfp:rate=8", "zfp:rate=12", "zfp:rate=16",
-               "zfp:rate=24", "mpc", "fp16", "bf16", "int8", "int4") + (
-    # harsh ones, which the loss-vs-rate map found harmful or which lose most of a message:
-    # offered so that the guard has something to reject (docs/tune.md, issue 54)
-    "zfp:rate=2", "topk:ratio=0.01")
-
-
 @dataclass
 class TuneConfig:
     """task=tune: which compression per parallel dimension, chosen by the performance model
@@ -317,7 +309,10 @@ class TuneConfig:
     own (train.steps steps with the chosen scheme)."""
 
     dims: list[str] = field(default_factory=lambda: ["tp", "pp", "dp", "zero"])
-    codecs: list[str] = field(default_factory=lambda: list(TUNE_CODECS))
+    # compressor specs tried on every compressible dimension; empty: every registered
+    # codec's own tuner candidates (compress.registry.tune_candidates), so a new codec is
+    # tried without a config change
+    codecs: list[str] = field(default_factory=list)
     allreduce: list[str] = field(default_factory=lambda: ["auto", "alltoall", "allgather"])
     reduce_to_owner: list[bool] = field(default_factory=lambda: [False, True])
     error_feedback: list[bool] = field(default_factory=lambda: [False, True])
@@ -362,7 +357,7 @@ class TuneConfig:
     # and one per codec family the tuner may pick, on every dimension
     compare: list[str] = field(default_factory=lambda: ["none", "naive", "zhybrid",
                                                         "mzhybrid", "int8", "int4", "fp16",
-                                                        "bf16"])
+                                                        "bf16", "fp8"])
     config_dir: str = "configs/compression"  # where the chosen scheme's YAML goes (repo-relative)
     run_timeout_s: int = 1800  # one capture or probe run
     # > 0: up to this many guard-passing schemes, spread over the predicted ranking (the
@@ -396,7 +391,8 @@ class ConfigError(ValueError):
 
 
 RENAMED_KEYS = {"serve.engines": "serve.policies"}  # old key -> its new name
-# old key -> why it went: switches whose runs were slower or no faster (README, Flover)
+# old key -> why it went: switches whose runs were slower or no faster (measured when they
+# were removed, commit 13070af; docs/serving.md names them)
 REMOVED_KEYS = {
     "serve.compile_decode": "decode steps on torch.compile's graphs were slower on the CPU "
                             "(fused at 8 layers, hidden 512: 600-718 against 946-1078 tok/s)",
@@ -428,7 +424,7 @@ def to_structured(raw: DictConfig | dict) -> Config:
             raise old from None
         raise ConfigError(
             f"unknown config key '{key}': every key must be a field of the schema in "
-            f"neoxlab/config.py; fix the spelling or remove it"
+            f"neoxlab/config/schema.py; fix the spelling or remove it"
         ) from None
     except ValidationError as exc:
         key = getattr(exc, "full_key", "?")

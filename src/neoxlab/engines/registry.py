@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from neoxlab.config import Config, ConfigError
+from neoxlab.config import Config
 from neoxlab.engines.builtin import launch as builtin_launch
 from neoxlab.engines.builtin.deepspeed_config import render as render_deepspeed
 from neoxlab.engines.builtin.deepspeed_config import wire_dtypes as deepspeed_wire_dtypes
@@ -24,6 +24,7 @@ from neoxlab.engines.neox.render import wire_dtypes as neox_wire_dtypes
 from neoxlab.engines.neox.render import write_neox_yml
 from neoxlab.engines.neox.rules import check_neox_inputs, validate_neox
 from neoxlab.layout import Layout
+from neoxlab.registry import Registry
 from neoxlab.run import rundir
 
 
@@ -33,13 +34,17 @@ def _nothing(cfg: Config) -> list[str]:
 
 @dataclass(frozen=True)
 class Engine:
-    rules: Callable[[Config], list[str]]  # its own config rules (value, rule, fix each)
+    # its own config rules (value, rule, fix each): (config, whether the task trains)
+    rules: Callable[[Config, bool], list[str]]
     files: Callable[[Config, Layout, Path], None]  # its config files in a new training run dir
     # argv of one rank: (config, run dir, python, the task's rank module)
     rank_command: Callable[[Config, Path, str, str], list[str]]
     rank_env: Callable[[Config, Path], dict[str, str]]  # variables every rank needs
     submit_checks: Callable[[Config], list[str]] = _nothing  # files checked before a submit
+    # a training run's data, checked here when its ranks run on this machine
+    data_rules: Callable[[Config], list[str]] = _nothing
     after_job: Callable[[Path], object] | None = None  # e.g. rank logs -> metrics.jsonl
+    steps_in_logs: bool = False  # its rank logs hold the steps (results read them if needed)
     forkable: bool = False  # local ranks may be forked from the fork server
     checkpoints: bool = False  # its training runs keep neoxlab checkpoints (resume, serve)
     routes_groups: bool = False  # builds its groups through comm.group_backends.GroupRouter
@@ -53,8 +58,8 @@ class Engine:
     wire_dtypes: Callable[[Config], dict[str, str]] = deepspeed_wire_dtypes
 
 
-def _builtin_rules(cfg: Config) -> list[str]:
-    return validate_data(cfg) if cfg.task.name == "train" else []
+def _builtin_rules(cfg: Config, trains: bool) -> list[str]:
+    return []
 
 
 def _deepspeed_json(cfg: Config, layout: Layout, run_dir: Path) -> None:
@@ -65,31 +70,29 @@ def _neox_command(cfg: Config, run_dir: Path, python: str, task_module: str) -> 
     return neox_launch.rank_command(cfg, run_dir, python)  # its entry runs train.py itself
 
 
-ENGINES: dict[str, Engine] = {
+ENGINES: Registry[Engine] = Registry("engine.name", "neoxlab/engines/registry.py", {
     "builtin": Engine(rules=_builtin_rules, files=_deepspeed_json,
                       rank_command=builtin_launch.rank_command, rank_env=builtin_launch.rank_env,
                       forkable=True, checkpoints=True, routes_groups=True, reduces_to_owners=True,
-                      rechecks_compression=True,
+                      rechecks_compression=True, data_rules=validate_data,
                       wire_dtypes=deepspeed_wire_dtypes),
     "neox": Engine(rules=validate_neox, files=write_neox_yml, rank_command=_neox_command,
                    rank_env=neox_launch.rank_env, submit_checks=check_neox_inputs,
-                   after_job=collect_metrics, fused_parallel_residual=True,
+                   after_job=collect_metrics, steps_in_logs=True, fused_parallel_residual=True,
                    wire_dtypes=neox_wire_dtypes),
-}
+})
 
 
 def unknown_engine(cfg: Config) -> list[str]:
     """The engine rule: `engine.name` is one of ENGINES."""
-    if cfg.engine.name in ENGINES:
-        return []
-    return [f"engine.name='{cfg.engine.name}' is not one of {list(ENGINES)}; pick one of them "
-            "(a new engine is one entry in neoxlab/engines/registry.py)"]
+    problem = ENGINES.problem(cfg.engine.name)
+    return [problem] if problem else []
 
 
-def without_checkpoints(cfg: Config) -> str | None:
+def without_checkpoints(cfg: Config, trains: bool) -> str | None:
     """What kind of run it is when its dir can hold no neoxlab checkpoints (nothing for resume
-    or serve to load); None when it can."""
-    if cfg.task.name != "train":
+    or serve to load); None when it can. `trains`: the run's task record says it trains."""
+    if not trains:
         return f"a task={cfg.task.name} run"
     if not engine_of(cfg).checkpoints:
         return f"an engine={cfg.engine.name} run"
@@ -98,7 +101,4 @@ def without_checkpoints(cfg: Config) -> str | None:
 
 def engine_of(cfg: Config) -> Engine:
     """The record of the config's engine; ConfigError naming the choices otherwise."""
-    problems = unknown_engine(cfg)
-    if problems:
-        raise ConfigError(problems[0])
     return ENGINES[cfg.engine.name]

@@ -68,7 +68,7 @@ class Server:
         log (a spare's, until its task names the run's) is removed with the server."""
         self.address, self.log = new_address(), log
         self._temporary_log = log if temporary_log else None
-        self.task: tuple[tuple[str, ...], dict[str, str]] | None = None  # once configured
+        self.prepared: tuple[tuple[str, ...], dict[str, str]] | None = None  # once configured
         with log.open("a") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "neoxlab.forkserver.server", self.address, *stack,
@@ -90,7 +90,7 @@ class Server:
         if not self._answered.wait(timeout_s) or not self._listening:
             self._fail(f"did not start listening (waited up to {timeout_s:.0f} s)")
         self._tell({"warm": list(warm), "env": env, "log": str(log)}, "its task")
-        self.task, self.log = (tuple(warm), dict(env)), log
+        self.prepared, self.log = (tuple(warm), dict(env)), log
 
     def reuse(self, log: Path) -> None:
         """A later launch of the same task: the server's own output goes to its log."""
@@ -163,8 +163,8 @@ def start(warm: Sequence[str], env: dict[str, str], log: Path) -> Server:
     a new one."""
     global _spare
     server, _spare = _spare, None
-    if server is not None and server.task is not None:
-        if server.task == (tuple(warm), env) and server.proc.poll() is None:
+    if server is not None and server.prepared is not None:
+        if server.prepared == (tuple(warm), env) and server.proc.poll() is None:
             server.reuse(log)
             return server
         server.stop()

@@ -1,2 +1,2 @@
-"""Launchers: local (mpiexec), lsf (bsub + jsrun), slurm (sbatch + srun); the emulated
-cluster's launcher lives with the rest of it in neoxlab.emulated."""
+"""Launchers: local (mpiexec), emulated (network namespaces on this machine: emulated/), lsf
+(bsub + jsrun), slurm (sbatch + srun); each a record in schedulers.py."""

@@ -2,25 +2,34 @@
 
 from __future__ import annotations
 
-import re
-
 from neoxlab.config import ClusterConfig, Config, ConfigError
 from neoxlab.launch.jobscript import directive_value
+from neoxlab.launch.schedulers import SCHEDULERS, Scheduler
 
-LAUNCHERS = {"local": "mpiexec", "lsf": "jsrun", "slurm": "srun"}
-EMULATED_LAUNCHERS = ("srun", "mpiexec")  # a multi-node Slurm, or hydra (netem, launch.emulated)
 RANK_STARTS = ("forkserver", "exec")
-SLURM_MPI = ("pmi2", "pmix", "pmi1", "none")
-LSF_WALLTIME = re.compile(r"^(\d+:)?\d+$")  # [HH:]MM
-SLURM_WALLTIME = re.compile(r"^(\d+-)?\d+(:\d{2}){0,2}$|^\d+-\d+$")  # [D-]HH[:MM[:SS]] | MM
-WALLTIME_FORMS = {"lsf": "[HH:]MM, e.g. 12:00", "slurm": "[D-]HH:MM:SS or MM, e.g. 12:00:00"}
 
 
-def walltime_ok(scheduler: str, walltime: str) -> bool:
-    if scheduler == "lsf":
-        ok = bool(LSF_WALLTIME.match(walltime))
-        return ok and (":" not in walltime or int(walltime.split(":")[1]) < 60)
-    return bool(SLURM_WALLTIME.match(walltime))
+def launcher_errors(c: ClusterConfig, scheduler: Scheduler) -> list[str]:
+    """cluster.launcher is one its scheduler starts ranks with."""
+    if c.launcher in scheduler.launchers:
+        return []
+    choices = " or ".join(f"cluster.launcher={name}" + (f" ({what})" if what else "")
+                          for name, what in scheduler.launchers.items())
+    return [f"cluster.launcher='{c.launcher}' does not go with scheduler '{c.scheduler}'; "
+            f"use {choices}"]
+
+
+def emulated_errors(c: ClusterConfig, scheduler: Scheduler) -> list[str]:
+    """The links' settings (cluster.emulated) go with the scheduler that builds them."""
+    if scheduler.emulates and c.emulated is None:
+        return [f"cluster.scheduler='{c.scheduler}' emulates nodes on this machine, but cluster "
+                f"'{c.name}' has no cluster.emulated links; start from cluster=emulated"]
+    if not scheduler.emulates and c.emulated is not None:
+        builds = [name for name, s in SCHEDULERS.items() if s.emulates]
+        return [f"cluster '{c.name}' has emulated links (cluster.emulated), but scheduler "
+                f"'{c.scheduler}' does not build them; use cluster.scheduler="
+                f"{' or '.join(builds)} (or start from cluster=emulated)"]
+    return []
 
 
 def machine_size_errors(c: ClusterConfig) -> list[str]:
@@ -44,19 +53,12 @@ def machine_size_errors(c: ClusterConfig) -> list[str]:
 
 def validate_cluster(cfg: Config) -> list[str]:
     """Every violated cluster/launch rule with its value and fix; empty when launchable."""
-    c, errors = cfg.cluster, []
-    expected = LAUNCHERS.get(c.scheduler)
-    if c.emulated is not None and c.scheduler == "local":
-        if c.launcher not in EMULATED_LAUNCHERS:
-            errors.append(
-                f"cluster.launcher='{c.launcher}' cannot start ranks on an emulated cluster; "
-                "use cluster.launcher=srun (a multi-node Slurm on the emulated nodes) or "
-                "cluster.launcher=mpiexec (MPICH hydra across them)")
-    elif expected and c.launcher != expected:
-        errors.append(
-            f"cluster.launcher='{c.launcher}' does not go with scheduler '{c.scheduler}'; "
-            f"use cluster.launcher={expected}"
-        )
+    c = cfg.cluster
+    unknown = SCHEDULERS.problem(c.scheduler)
+    if unknown is not None:
+        return [unknown]
+    scheduler = SCHEDULERS[c.scheduler]
+    errors = launcher_errors(c, scheduler) + emulated_errors(c, scheduler)
     if c.device != "cpu":
         if c.gpus_per_node < 1:
             errors.append(
@@ -75,15 +77,9 @@ def validate_cluster(cfg: Config) -> list[str]:
         errors.append(f"launch.rank_start='{cfg.launch.rank_start}' is not one of "
                       f"{list(RANK_STARTS)} (forkserver: ranks forked from one pre-imported "
                       "process; exec: a fresh interpreter per rank)")
-    if c.scheduler == "local":
+    errors += scheduler.rules(cfg)
+    if scheduler.runs_here:  # no job script: no time limit, signal, requeue or directives
         return errors
-    if not walltime_ok(c.scheduler, c.walltime):
-        errors.append(
-            f"cluster.walltime='{c.walltime}' is not a {c.scheduler} time limit; write it as "
-            f"{WALLTIME_FORMS[c.scheduler]}"
-        )
-    if c.scheduler == "slurm" and c.mpi not in SLURM_MPI:
-        errors.append(f"cluster.mpi='{c.mpi}' is not one of {list(SLURM_MPI)} (srun --mpi)")
     if not 0 < cfg.launch.warn_before_s <= 65535:
         errors.append(
             f"launch.warn_before_s={cfg.launch.warn_before_s} must be in 1..65535 (seconds "

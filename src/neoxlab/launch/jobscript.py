@@ -18,6 +18,7 @@ from neoxlab.engines.builtin.preemption import stop_request_file
 from neoxlab.files import REPO_ROOT
 from neoxlab.launch.ranks import rank_command, rank_env
 from neoxlab.run import rundir
+from neoxlab.run.rankjob import RankProgram
 
 TEMPLATE_DIR = Path(__file__).with_name("templates")
 _PLACEHOLDER = re.compile(r"\{\{\s*([a-z_]+)\s*\}\}")
@@ -77,7 +78,7 @@ def python_of(cfg: Config) -> str:
     return cfg.cluster.python or sys.executable
 
 
-def common_values(cfg: Config, run_dir: Path) -> dict[str, str]:
+def common_values(cfg: Config, run_dir: Path, program: RankProgram) -> dict[str, str]:
     """Placeholders every template shares; scheduler modules add their own."""
     python = python_of(cfg)
     return {
@@ -93,7 +94,7 @@ def common_values(cfg: Config, run_dir: Path) -> dict[str, str]:
         "python": quote(python),
         "run_dir": quote(run_dir.resolve()),
         "stop_file": quote(stop_request_file(run_dir.resolve())),
-        "rank_command": command_line(rank_command(cfg, run_dir.resolve(), python)),
+        "rank_command": command_line(rank_command(cfg, run_dir.resolve(), python, program)),
     }
 
 

@@ -19,6 +19,7 @@ from neoxlab.engines.registry import engine_of
 from neoxlab.launch import hostfile, manifest
 from neoxlab.launch.attempt import clear_previous_attempt
 from neoxlab.launch.failure import diagnose
+from neoxlab.launch.schedulers import scheduler_of
 from neoxlab.launch.submit import submit_and_record
 from neoxlab.run import rundir
 
@@ -31,8 +32,7 @@ def begin(run_dir: Path, env: dict[str, str]) -> None:
     cfg = rundir.load_config(run_dir)
     clear_previous_attempt(run_dir)  # e.g. the stop request the previous job obeyed
     try:
-        hosts = (hostfile.lsf_hosts(env) if cfg.cluster.scheduler == "lsf"
-                 else hostfile.slurm_hosts(env))
+        hosts = scheduler_of(cfg).hosts(env)
     except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
         hosts = []  # only for tools that want a hostfile; the ranks do not need one
         print(f"[neoxlab] no hostfile: {exc}", file=sys.stderr)

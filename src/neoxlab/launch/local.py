@@ -27,8 +27,7 @@ from neoxlab.launch.ranks import rank_command, rank_env
 from neoxlab.layout import world_size
 from neoxlab.run import rundir
 from neoxlab.run.progress import LastFrames, child_env
-from neoxlab.run.rankjob import PREEMPTED_EXIT
-from neoxlab.tasks import TASKS
+from neoxlab.run.rankjob import PREEMPTED_EXIT, RankProgram
 
 GRACE_S = 10
 POLL_S = 0.2
@@ -52,18 +51,21 @@ def rank_environment(cfg: Config, run_dir: Path) -> dict[str, str]:
     return env
 
 
-def rank_program(cfg: Config, run_dir: Path, server: str | None) -> list[str]:
+def rank_program(cfg: Config, run_dir: Path, program: RankProgram,
+                 server: str | None) -> list[str]:
     """What mpiexec starts per rank: the rank's program, or (server) a stub that has the fork
     server run it."""
-    command = rank_command(cfg, run_dir, sys.executable)
+    command = rank_command(cfg, run_dir, sys.executable, program)
     if server is None:
         return command
     python, _, module, *args = command  # python -m <module> <args>
     return [python, "-m", "neoxlab.forkserver.forked_rank", server, module, *args]
 
 
-def mpiexec_command(cfg: Config, run_dir: Path, server: str | None) -> list[str]:
-    return [mpiexec_path(), "-n", str(world_size(cfg)), *rank_program(cfg, run_dir, server)]
+def mpiexec_command(cfg: Config, run_dir: Path, program: RankProgram,
+                    server: str | None) -> list[str]:
+    return [mpiexec_path(), "-n", str(world_size(cfg)),
+            *rank_program(cfg, run_dir, program, server)]
 
 
 def uses_forkserver(cfg: Config) -> bool:
@@ -73,12 +75,13 @@ def uses_forkserver(cfg: Config) -> bool:
 
 
 @contextlib.contextmanager
-def rank_server(cfg: Config, run_dir: Path, env: dict[str, str]) -> Iterator[str | None]:
+def rank_server(cfg: Config, run_dir: Path, program: RankProgram,
+                env: dict[str, str]) -> Iterator[str | None]:
     """A fork server's address while the job runs (None: ranks start as fresh processes)."""
     if not uses_forkserver(cfg):
         yield None
         return
-    server = forkserver.start(TASKS[cfg.task.name].warm_imports, env,
+    server = forkserver.start(program.warm_imports, env,
                               run_dir / "logs" / "forkserver.log")
     try:
         yield server.address
@@ -141,7 +144,7 @@ def forward_stop_signals(proc: subprocess.Popen):
             signal.signal(sig, handler)
 
 
-def launch(cfg: Config, run_dir: Path,
+def launch(cfg: Config, run_dir: Path, program: RankProgram,
            command: Callable[[str | None], list[str]] | None = None,
            env: dict[str, str] | None = None) -> int:
     """Run the job to its end; status.json ends completed, preempted (exit 85, checkpoint
@@ -149,9 +152,9 @@ def launch(cfg: Config, run_dir: Path,
     (launch.emulated) passes its own command (given the fork server's address) and
     environment."""
     env = env or rank_environment(cfg, run_dir)
-    with rank_server(cfg, run_dir, env) as server:
+    with rank_server(cfg, run_dir, program, env) as server:
         if command is None:
-            return _launch(cfg, run_dir, mpiexec_command(cfg, run_dir, server), env)
+            return _launch(cfg, run_dir, mpiexec_command(cfg, run_dir, program, server), env)
         return _launch(cfg, run_dir, command(server), env)
 
 

@@ -1,4 +1,5 @@
-"""LSF (bsub + jsrun, e.g. LLNL Lassen): render the job script, submit it, ask its state."""
+"""LSF (bsub + jsrun, e.g. LLNL Lassen): its rules, render the job script, submit it, ask
+its state, cancel it."""
 
 from __future__ import annotations
 
@@ -10,17 +11,30 @@ from pathlib import Path
 from neoxlab.comm.policy import jsrun_smpiargs
 from neoxlab.config import Config
 from neoxlab.launch import jobscript
+from neoxlab.run.rankjob import RankProgram
 
 SCRIPT_NAME = "job.lsf"
 SUBMIT = "bsub"
 # job states in which the job may still run (resume waits for them to end)
 LIVE_STATES = ("PEND", "RUN", "PSUSP", "USUSP", "SSUSP")
 _JOB_ID = re.compile(r"Job <(\d+)>")
+WALLTIME = re.compile(r"^(\d+:)?\d+$")  # [HH:]MM
+WALLTIME_FORM = "[HH:]MM, e.g. 12:00"
 
 
-def render(cfg: Config, run_dir: Path) -> str:
+def rules(cfg: Config) -> list[str]:
+    """bsub -W takes [HH:]MM with minutes below 60."""
+    walltime = cfg.cluster.walltime
+    ok = bool(WALLTIME.match(walltime))
+    if ok and (":" not in walltime or int(walltime.split(":")[1]) < 60):
+        return []
+    return [f"cluster.walltime='{walltime}' is not a lsf time limit; write it as "
+            f"{WALLTIME_FORM}"]
+
+
+def render(cfg: Config, run_dir: Path, program: RankProgram) -> str:
     c = cfg.cluster
-    values = jobscript.common_values(cfg, run_dir)
+    values = jobscript.common_values(cfg, run_dir, program)
     cores_per_rs = max(1, c.cores_per_node // c.ranks_per_node)
     values.update(
         walltime=jobscript.directive_value("cluster.walltime", c.walltime),
@@ -65,5 +79,10 @@ def job_state(job_id: str) -> str:
     return out.stdout.strip() or "unknown (not in bjobs)"
 
 
-def write_script(cfg: Config, run_dir: Path) -> Path:
-    return jobscript.write_script(run_dir, SCRIPT_NAME, render(cfg, run_dir))
+def cancel(job_id: str) -> None:
+    """bkill: the ranks get the stop signal first (the job script checkpoints on it)."""
+    subprocess.run(["bkill", job_id], capture_output=True, text=True, timeout=60, check=True)
+
+
+def write_script(cfg: Config, run_dir: Path, program: RankProgram) -> Path:
+    return jobscript.write_script(run_dir, SCRIPT_NAME, render(cfg, run_dir, program))

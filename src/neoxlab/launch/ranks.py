@@ -1,5 +1,6 @@
 """What every rank runs and with which environment, the same for mpiexec, jsrun and srun: the
-engine's command for the task's rank program, and the engine's variables."""
+engine's command for the task's rank program (handed over by the commands), and the
+engine's variables."""
 
 from __future__ import annotations
 
@@ -7,13 +8,11 @@ from pathlib import Path
 
 from neoxlab.config import Config
 from neoxlab.engines.registry import engine_of
-from neoxlab.tasks import TASKS
+from neoxlab.run.rankjob import RankProgram
 
 
-def rank_command(cfg: Config, run_dir: Path, python: str) -> list[str]:
-    module = TASKS[cfg.task.name].rank_module
-    assert module is not None, f"task '{cfg.task.name}' launches no ranks"
-    return engine_of(cfg).rank_command(cfg, run_dir, python, module)
+def rank_command(cfg: Config, run_dir: Path, python: str, program: RankProgram) -> list[str]:
+    return engine_of(cfg).rank_command(cfg, run_dir, python, program.module)
 
 
 def rank_env(cfg: Config, run_dir: Path) -> dict[str, str]:

@@ -1,4 +1,5 @@
-"""Slurm (sbatch + srun): render the job script, submit it, ask its state."""
+"""Slurm (sbatch + srun): its rules, render the job script, submit it, ask its state, cancel
+it; and the refusal for this machine's own Slurm while it is down."""
 
 from __future__ import annotations
 
@@ -10,17 +11,38 @@ from pathlib import Path
 from neoxlab.config import Config
 from neoxlab.launch import jobscript, pmi_relay
 from neoxlab.launch.ranks import rank_command
+from neoxlab.run.rankjob import RankProgram
 
 SCRIPT_NAME = "job.sbatch"
 SUBMIT = "sbatch"
 # job states in which the job may still run (resume waits for them to end)
 LIVE_STATES = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "SUSPENDED")
 _STATE = re.compile(r"JobState=(\S+)")
+WALLTIME = re.compile(r"^(\d+-)?\d+(:\d{2}){0,2}$|^\d+-\d+$")  # [D-]HH[:MM[:SS]] | MM
+WALLTIME_FORM = "[D-]HH:MM:SS or MM, e.g. 12:00:00"
+MPI = ("pmi2", "pmix", "pmi1", "none")  # srun --mpi
 
 
-def render(cfg: Config, run_dir: Path) -> str:
+def rules(cfg: Config) -> list[str]:
+    """sbatch --time's forms; srun's --mpi plugins."""
+    c, errors = cfg.cluster, []
+    if not WALLTIME.match(c.walltime):
+        errors.append(f"cluster.walltime='{c.walltime}' is not a slurm time limit; write it "
+                      f"as {WALLTIME_FORM}")
+    if c.mpi not in MPI:
+        errors.append(f"cluster.mpi='{c.mpi}' is not one of {list(MPI)} (srun --mpi)")
+    return errors
+
+
+def problems(cfg: Config) -> list[str]:
+    """This machine's own Slurm, not started: the fix is to start it."""
+    refusal = local_slurm_refusal(cfg)
+    return [refusal] if refusal else []
+
+
+def render(cfg: Config, run_dir: Path, program: RankProgram) -> str:
     c = cfg.cluster
-    values = jobscript.common_values(cfg, run_dir)
+    values = jobscript.common_values(cfg, run_dir, program)
     values.update(
         walltime=jobscript.directive_value("cluster.walltime", c.walltime),
         ranks_per_node=str(c.ranks_per_node),
@@ -36,7 +58,8 @@ def render(cfg: Config, run_dir: Path) -> str:
     )
     if c.mpi == "pmi2":  # its plugin misreads MPICH's longest PMI-1 lines (launch/pmi_relay.py)
         python = jobscript.python_of(cfg)
-        relayed = pmi_relay.command(rank_command(cfg, run_dir.resolve(), python), python)
+        relayed = pmi_relay.command(rank_command(cfg, run_dir.resolve(), python, program),
+                                    python)
         values["rank_command"] = jobscript.command_line(relayed)
     return jobscript.render("slurm.sh.tmpl", values)
 
@@ -65,8 +88,13 @@ def job_state(job_id: str) -> str:
     return found.group(1) if found else "unknown (no longer known to slurmctld)"
 
 
-def write_script(cfg: Config, run_dir: Path) -> Path:
-    return jobscript.write_script(run_dir, SCRIPT_NAME, render(cfg, run_dir))
+def cancel(job_id: str) -> None:
+    """scancel: Slurm signals the job's steps and ends it."""
+    subprocess.run(["scancel", job_id], capture_output=True, text=True, timeout=60, check=True)
+
+
+def write_script(cfg: Config, run_dir: Path, program: RankProgram) -> Path:
+    return jobscript.write_script(run_dir, SCRIPT_NAME, render(cfg, run_dir, program))
 
 
 # The single-node Slurm that .ci/slurm-up starts on this machine (configs/cluster/slurm_local):

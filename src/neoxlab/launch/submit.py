@@ -9,7 +9,7 @@ from typing import Any
 
 from neoxlab.config import Config
 from neoxlab.launch import manifest
-from neoxlab.launch.schedulers import scheduler_module
+from neoxlab.launch.schedulers import scheduler_of
 from neoxlab.run import rundir
 
 
@@ -19,9 +19,9 @@ def submit_and_record(cfg: Config, run_dir: Path, failed: rundir.State, failure:
 
     On failure the run goes to state `failed` with "<failure>: <reason>" as its error, one
     line is printed and None returned: the caller decides the exit code."""
-    scheduler = scheduler_module(cfg.cluster.scheduler)
+    scheduler = scheduler_of(cfg)
     try:
-        job_id = scheduler.submit(run_dir / scheduler.SCRIPT_NAME)
+        job_id = scheduler.submit(run_dir / scheduler.script_name)
     except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
         rundir.set_status(run_dir, failed, error=failure.format(exc=exc))
         print(f"[neoxlab] error: {exc}", file=sys.stderr)

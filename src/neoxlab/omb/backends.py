@@ -33,12 +33,14 @@ class MpiBackend:
     in_place_reductions = False  # MPI has separate send and receive buffers
 
     def __init__(self, comm: Any, kind: BufferKind):
+        # deferred: mpi4py initialises MPI on import
         from mpi4py import MPI
 
         self.MPI, self.comm, self.kind = MPI, comm, kind
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
 
     def describe(self) -> str:
+        # deferred: mpi4py initialises MPI on import
         import mpi4py
 
         lib = self.MPI.Get_library_version().splitlines()[0].strip()
@@ -184,6 +186,7 @@ class TorchBackend:
     in_place_reductions = True  # all_reduce/reduce work in place on one tensor
 
     def __init__(self, comm: Any, kind: BufferKind):
+        # deferred: torch, only for torch buffers or --compress
         import torch
         import torch.distributed as dist
 
@@ -295,6 +298,7 @@ def rendezvous(comm: Any) -> tuple[str, int]:
     split, not host names: on an emulated cluster (cluster=emulated) every rank has this
     machine's name, which resolves to its own namespace's address, and the ranks of one
     emulated node share memory but each has a namespace (and a loopback) of its own."""
+    # deferred: mpi4py initialises MPI on import
     from mpi4py import MPI
 
     local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
@@ -327,6 +331,7 @@ def _free_port() -> int:
 
 def init_torch_distributed(comm: Any, backend: str) -> bool:
     """Join (or reuse) the default process group; True when this call created it."""
+    # deferred: torch, only for torch buffers or --compress
     import torch.distributed as dist
 
     rank, size = comm.Get_rank(), comm.Get_size()

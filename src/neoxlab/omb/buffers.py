@@ -64,6 +64,7 @@ class TorchKind(BufferKind):
     """torch tensors; mpi4py takes them through DLPack (CPU) or CUDA array interface (GPU)."""
 
     def __init__(self, device: str):
+        # deferred: torch, only for torch buffers or --compress
         import torch
 
         self.torch = torch

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from .context import Ctx
+from .pt2pt import peer_of
 from .timing import Op
 from .verify import SMOOTH_PERIOD, matches
 
@@ -31,7 +32,7 @@ ROOT = 0
 
 def load_compressor(spec: str) -> Any:
     """Import neoxlab.compress only when --compress is used."""
-    # function-level: neoxlab.compress needs torch; benchmarks without --compress must not
+    # deferred: neoxlab.compress needs torch, only --compress does
     from neoxlab.compress import make_compressor
 
     return make_compressor(spec)
@@ -48,6 +49,7 @@ class Tolerance:
     def error(self, count: int, seed: int, it: int, start: int = 0, length: int | None = None):
         key = (count, seed, it % SMOOTH_PERIOD, start, length)
         if key not in self.cache:
+            # deferred: torch, only for torch buffers or --compress
             import torch
 
             x = self.ctx.patterns.data(count, seed, it)[start:None if length is None
@@ -61,6 +63,7 @@ class Tolerance:
     def roundtrip(self, t: Any) -> np.ndarray:
         """decode(encode(t)) as the collectives send it: a fixed-size payload where the
         codec has one (it never falls back to raw bytes), else a self-describing buffer."""
+        # deferred: torch, only for torch buffers or --compress
         from neoxlab.comm.payload import ChunkCodec
 
         codec = ChunkCodec(self.ctx.compressor, t.numel(), t.dtype)
@@ -70,6 +73,7 @@ class Tolerance:
         """Round-trip error of the exact sum over n ranks (the re-encoded sum's error)."""
         key = ("total", count, n, it % SMOOTH_PERIOD)
         if key not in self.cache:
+            # deferred: torch, only for torch buffers or --compress
             import torch
 
             x = self.ctx.patterns.total(count, list(range(n)), it)
@@ -91,6 +95,7 @@ class MpiRaw:
     through NumPy views; device tensors as they are, for a CUDA-aware MPI)."""
 
     def __init__(self, comm: Any):
+        # deferred: mpi4py initialises MPI on import
         from mpi4py import MPI
 
         self.comm, self.MPI = comm, MPI
@@ -126,6 +131,7 @@ def raw_collectives(ctx: Ctx) -> Any:
     """The plain collectives the compressed ones run on, for this run's backend."""
     if ctx.backend.name == "mpi":
         return MpiRaw(ctx.backend.comm)
+    # deferred: torch, only for torch buffers or --compress
     import torch.distributed as dist
 
     return SimpleNamespace(**{op: getattr(dist, op) for op in (
@@ -149,6 +155,7 @@ def _check(ctx: Ctx, got, expected: np.ndarray, tol: float | None) -> bool:
 
 
 def allreduce(ctx: Ctx, count: int) -> Op:
+    # deferred: torch, only for torch buffers or --compress
     from neoxlab.comm import collectives as cc
     from neoxlab.comm.patch import SMALL_GROUP
 
@@ -173,6 +180,7 @@ def allreduce(ctx: Ctx, count: int) -> Op:
 
 
 def allgather(ctx: Ctx, count: int) -> Op:
+    # deferred: torch, only for torch buffers or --compress
     from neoxlab.comm import collectives as cc
 
     comp, n, tol, raw = ctx.compressor, ctx.size, Tolerance(ctx), raw_collectives(ctx)
@@ -198,6 +206,7 @@ def allgather(ctx: Ctx, count: int) -> Op:
 
 def reduce_scatter(ctx: Ctx, count: int) -> Op:
     """Equal blocks (input padded up to a multiple of the rank count, as torch needs)."""
+    # deferred: torch, only for torch buffers or --compress
     from neoxlab.comm import collectives as cc
 
     comp, n, rank, tol = ctx.compressor, ctx.size, ctx.rank, Tolerance(ctx)
@@ -221,6 +230,7 @@ def reduce_scatter(ctx: Ctx, count: int) -> Op:
 
 def bcast(ctx: Ctx, count: int) -> Op:
     """The root takes the decoded values too (replicas stay identical), as in training."""
+    # deferred: torch, only for torch buffers or --compress
     from neoxlab.comm import collectives as cc
 
     comp, tol, raw = ctx.compressor, Tolerance(ctx), raw_collectives(ctx)
@@ -249,9 +259,8 @@ def bcast(ctx: Ctx, count: int) -> Op:
 
 
 def latency(ctx: Ctx, count: int) -> Op:
+    # deferred: torch, only for torch buffers or --compress
     from neoxlab.comm import collectives as cc
-
-    from .pt2pt import peer_of
 
     comp, tol, raw = ctx.compressor, Tolerance(ctx), raw_collectives(ctx)
     peer = peer_of(ctx.rank, ctx.size)

@@ -123,6 +123,7 @@ def start_mpi(requested: str | None = None) -> Any:
     """
     global _started
     if "mpi4py.MPI" not in sys.modules:
+        # deferred: mpi4py initialises MPI on import
         import mpi4py
 
         mode = start_mode(requested, dict(os.environ), machine_cores())
@@ -130,6 +131,7 @@ def start_mpi(requested: str | None = None) -> Any:
         os.environ[ENV] = mode.level  # the variable would win over rc
         os.environ.update(mode.env)  # MPICH reads its settings when MPI starts
         _started = mode
+    # deferred: mpi4py initialises MPI on import
     from mpi4py import MPI
 
     return MPI

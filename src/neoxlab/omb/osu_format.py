@@ -12,7 +12,9 @@ import csv
 import io
 import json
 import re
+import sys
 from dataclasses import asdict, dataclass
+from importlib.metadata import version
 
 from .mpistart import StartMode, started_mode
 from .options import DTYPES, OSU_VERSION, PT2PT, REDUCTIONS, OmbOptions, skipped_below
@@ -128,8 +130,6 @@ def _cells(row: Row, opts: OmbOptions) -> list[str]:
 
 def _version() -> str:
     try:
-        from importlib.metadata import version
-
         return version("neoxlab")
     except Exception:  # not installed (source checkout on sys.path)
         return "dev"
@@ -137,8 +137,6 @@ def _version() -> str:
 
 def mpi_thread_level() -> str | None:
     """The thread level MPI provides in this process, or None before MPI is initialized."""
-    import sys
-
     mpi = sys.modules.get("mpi4py.MPI")
     if mpi is None or not mpi.Is_initialized() or mpi.Is_finalized():
         return None
@@ -242,7 +240,7 @@ Cell = int | float | str | None
 
 
 def _cell(text: str) -> Cell:
-    # function-level: neoxlab.compress needs torch; tables without --compress must not
+    # deferred: neoxlab.compress needs torch, only --compress does
     from neoxlab.compress.registry import parse_value
 
     return None if text == "-" else parse_value(text)

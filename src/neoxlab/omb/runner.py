@@ -32,6 +32,7 @@ GPU_BUFFERS = ("cuda", "cupy", "numba")
 
 
 def _local_rank(comm: Any) -> int:
+    # deferred: mpi4py initialises MPI on import
     from mpi4py import MPI
 
     local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
@@ -68,6 +69,7 @@ def _aggregate(comm: Any, opts: OmbOptions, op: Op, size: int, iters: int,
     Point-to-point times count on the rank that starts each exchange only (as OSU): the
     other rank's clock also holds its wait for the first message.
     """
+    # deferred: mpi4py initialises MPI on import
     from mpi4py import MPI
 
     us = seconds / (iters * op.divisor) * 1e6
@@ -88,6 +90,7 @@ def iter_rows(options: OmbOptions, comm: Any = None) -> Iterator[Row]:
 
     Raises OptionError (bad options, nothing communicated) or BufferUnavailable.
     """
+    # deferred: mpi4py initialises MPI on import
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD if comm is None else comm

@@ -117,6 +117,7 @@ def run(cfg: Config, run_dir: Path, world, terminal) -> int:
 
 def body(cfg: Config, run_dir: Path, terminal) -> None:
     """The rank body inside run_rank (logs, markers, attempts, status and failure handling)."""
+    # deferred: mpi4py initialises MPI on import
     from mpi4py import MPI  # mpi4py initializes MPI on import: only on ranks
 
     if run(cfg, run_dir, MPI.COMM_WORLD, terminal):

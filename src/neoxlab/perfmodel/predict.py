@@ -37,10 +37,11 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 from neoxlab import metrics
-from neoxlab.compress.quant import DEFAULT_BLOCK
+from neoxlab.compress import make_compressor
+from neoxlab.compress.base import WIDTH_DTYPES
+from neoxlab.compress.registry import codec_type
 from neoxlab.config import Config, ConfigError
 from neoxlab.config.profile import (
-    FUSED_CODECS,
     CodecProfile,
     LinkProfile,
     MpiCompressionRules,
@@ -54,9 +55,6 @@ from neoxlab.perfmodel.resolve import resolve_profile
 from neoxlab.perfmodel.topology import crosses_nodes
 
 COMPONENTS = ("compute", "overhead", "tp", "pp", "bubble", "dp", "zero", "codec")
-# wire bits per value of the fixed-size codecs (zfp: its rate parameter)
-FIXED_BITS = {"fp16": 16, "bf16": 16}
-QUANT_BITS = {"int8": 8, "int4": 4}  # a code per value, and an fp32 scale per block
 # a wire element width as an MPI library's rules name it (16 bits: fp16 or bf16, never
 # compressed by a library that takes MPI_FLOAT / MPI_DOUBLE only)
 WIRE_NAMES = {32: "fp32", 64: "fp64", 16: "fp16"}
@@ -113,7 +111,7 @@ def predict(cfg: Config, profile: PerfProfile | None = None, origin: str = "",
     if profile is None:
         resolved = resolve_profile(cfg)
         profile, origin = resolved.profile, resolved.origin
-    return _predict(cfg, layout, profile, origin, external, dtypes)
+    return predict_with(cfg, layout, profile, origin, external, dtypes)
 
 
 def slowdowns(cfg: Config, layout: Layout, profile: PerfProfile, external: float | None,
@@ -157,9 +155,11 @@ def sharing_ranks(cfg: Config, layout: Layout) -> int:
     return max(min(cfg.cluster.ranks_per_node, layout.world_size), 1)
 
 
-def _predict(cfg: Config, layout: Layout, p: PerfProfile, origin: str,
-             external: float | None = None, dtypes: Mapping[str, str] | None = None
-             ) -> Prediction:
+def predict_with(cfg: Config, layout: Layout, p: PerfProfile, origin: str,
+                 external: float | None = None, dtypes: Mapping[str, str] | None = None
+                 ) -> Prediction:
+    """One step of a checked layout on a given profile (predict() resolves both first);
+    for callers that price many configs on one profile (calibration, the emulated model)."""
     m, pp = layout.grad_accum, layout.pp
     shape = traffic.stage_shape(cfg, layout)
     vocab = padded_vocab_size(cfg.model, layout.tp)
@@ -330,9 +330,7 @@ def codec_for(cfg: Config, p: PerfProfile, msg: traffic.Message, notes: list[str
         feedback = False  # the library keeps no residual
     elif msg.nbytes < d.min_bytes:
         return None
-    # a profile timed with these very parameters (ZFP's rate sets how many bit planes it
-    # codes: rate 24 runs ~2x slower than rate 8), else the compressor's own
-    profile = p.codecs.get(spec_key(d.compressor, d.params)) or p.codecs.get(d.compressor)
+    profile = codec_profile(cfg, p, d.compressor, d.params, notes)
     if profile is None:
         raise ConfigError(
             f"compression.dims.{msg.dim}.compressor='{d.compressor}' has no throughput in "
@@ -346,6 +344,23 @@ def codec_for(cfg: Config, p: PerfProfile, msg: traffic.Message, notes: list[str
         notes.append(f"{msg.dim}: {d.compressor} {d.params} on {msg.float_bits}-bit values "
                      f"does not shrink them (ratio {ratio:.2f}): sent raw, encode still paid")
     return Codec(d.compressor, ratio, profile, min_bytes, feedback)
+
+
+def codec_profile(cfg: Config, p: PerfProfile, name: str, params: dict, notes: list[str]
+                  ) -> CodecProfile | None:
+    """The profile's throughput of a codec: timed with these very parameters (ZFP's rate
+    sets how many bit planes it codes: rate 24 runs ~2x slower than rate 8), else the
+    codec's own, else that of its cost class (a codec doing the same passes over the
+    data, as the codec states it), said in a note."""
+    own = p.codecs.get(spec_key(name, params)) or p.codecs.get(name)
+    if own is not None:
+        return own
+    cost_class = codec_type(name).cost_class
+    borrowed = p.codecs.get(cost_class) if cost_class else None
+    if borrowed is not None:
+        notes.append(f"{name}: no codecs.{name} in cluster '{cfg.cluster.name}' profile, "
+                     f"priced as {cost_class} (its cost class)")
+    return borrowed
 
 
 def library_rules(cfg: Config, p: PerfProfile) -> MpiCompressionRules:
@@ -379,7 +394,7 @@ def kernel_profile(cfg: Config, profile: CodecProfile, name: str, notes: list[st
     """The codec's throughput as the cluster runs it: its torch-ops path on a GPU without
     Triton (cluster.arch, e.g. Lassen's ppc64le) when the profile gives one."""
     c = cfg.cluster
-    if name not in FUSED_CODECS or not torch_codecs_on(c.device, c.arch):
+    if not codec_type(name).fused() or not torch_codecs_on(c.device, c.arch):
         return profile
     enc = profile.torch_encode_gbs or profile.encode_gbs
     dec = profile.torch_decode_gbs or profile.decode_gbs
@@ -398,15 +413,12 @@ def spec_key(name: str, params: dict) -> str:
 
 def codec_ratio(name: str, params: dict, float_bits: int, profile_ratio: float | None
                 ) -> float:
-    if name == "zfp":
-        return float_bits / float(params.get("rate", 16))
-    if name in FIXED_BITS:
-        return float_bits / FIXED_BITS[name]
-    if name in QUANT_BITS:  # compress/quant.py's wire format
-        return float_bits / (QUANT_BITS[name] + 32 / int(params.get("block", DEFAULT_BLOCK)))
-    if name == "topk":
-        ratio = float(params.get("ratio", 0.01))  # value + int32 index per kept element
-        return float_bits / (ratio * (float_bits + 32))
+    """Raw bits over the bits the codec itself says it sends per value (compress:
+    ``wire_bits``; below 1 when it cannot shrink the width); for a data-dependent codec
+    (mpc) the profile's measured ratio."""
+    bits = make_compressor({"name": name, **params}).wire_bits(WIDTH_DTYPES[float_bits])
+    if bits is not None:
+        return float_bits / bits
     if profile_ratio is None:
         raise ConfigError(
             f"compressor '{name}' has a data-dependent ratio: give codecs.{name}.ratio in the "

@@ -1,15 +1,15 @@
 """Predicted bytes between nodes per training step: what the uplinks of an emulated cluster
 should carry (TCP payload, headers excluded), to set against network.json's counters
-(emulated.wire.payload_bytes) and against the comm accounting (accounted_between_nodes).
+(perfmodel.wire.payload_bytes) and against the comm accounting (accounted_between_nodes).
 
 One step's messages are the performance model's (traffic.messages, counted per micro-batch
 or per step as predict() counts them), each shrunk by its dimension's codec ratio where
 predict() compresses it (predict.codec_for: min_bytes, the MPI library's rules; a ratio <= 1
 is sent raw). Every rank of every group of the message's dimension sends it as the comm
-accounting counts a call (emulated.wire.sent_factor on the op the patch records), and the
+accounting counts a call (perfmodel.wire.sent_factor on the op the patch records), and the
 placement (node = rank // ranks_per_node, perfmodel.topology) gives the share of a group's
 bytes that leaves a node: the share of a ring's hops that join two nodes
-(emulated.wire.crossing_fraction). Limits: every pipeline stage is priced as the busiest
+(perfmodel.wire.crossing_fraction). Limits: every pipeline stage is priced as the busiest
 one (traffic.stage_shape), compressed payloads' headers and sizes are not counted (int8's
 fp32 scale per 256-value block adds 1/64 to its payload), and the all-to-all phase of a
 compressed all-reduce, which is pairwise, is shared between nodes as a ring would be.
@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from neoxlab.config import Config
 from neoxlab.config.profile import PerfProfile
-from neoxlab.emulated.wire import accounted_between_nodes
 from neoxlab.layout import Layout, resolve_layout
 from neoxlab.perfmodel import costs, traffic
 from neoxlab.perfmodel.predict import codec_for
 from neoxlab.perfmodel.topology import groups
+from neoxlab.perfmodel.wire import accounted_between_nodes
 
 DIMS = ("tp", "pp", "dp", "zero", "control")
 

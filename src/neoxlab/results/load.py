@@ -17,6 +17,7 @@ from typing import Any
 from neoxlab import metrics
 from neoxlab.config import DIMS, from_dict
 from neoxlab.engines.neox.logs import Malformed, neox_steps
+from neoxlab.engines.registry import ENGINES
 from neoxlab.layout import layout_of
 from neoxlab.results import serve as serve_results
 
@@ -167,6 +168,13 @@ def _status(
     return state
 
 
+def _steps_in_logs(cfg: dict[str, Any]) -> bool:
+    """The run's engine record says its rank logs hold the steps (metrics.jsonl is written
+    from them after the job, so it may be missing)."""
+    engine = ENGINES.get(cfg.get("engine", {}).get("name", ""))
+    return engine is not None and engine.steps_in_logs
+
+
 def load_run(run_dir: Path, log: Path | None = None) -> Run:
     """A run dir of either engine (or a GPT-NeoX stdout log given alone) -> Run."""
     run_dir = Path(run_dir)
@@ -182,7 +190,7 @@ def load_run(run_dir: Path, log: Path | None = None) -> Run:
 
     records, malformed = read_jsonl(run_dir / "metrics.jsonl")
     source = "metrics.jsonl"
-    if log is not None or (not records and cfg.get("engine", {}).get("name") == "neox"):
+    if log is not None or (not records and _steps_in_logs(cfg)):
         logs = [log] if log is not None else sorted((run_dir / "logs").glob("*.log"))
         records, bad, source = neox_steps(logs)
         malformed += bad

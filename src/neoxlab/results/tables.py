@@ -26,7 +26,9 @@ from neoxlab.results.load import COMM_FIELDS, STEP_FIELDS, Malformed, Run, find_
 from neoxlab.results.serve import POLICY_FIELDS, REQUEST_FIELDS
 
 BASELINE = "none"
-NOT_EXPERIMENTS = {"tables", "figures", "predictions", "calibration", "tune"}
+# folders of results/ that hold no experiment (a task's own folder, e.g. task=predict's, holds
+# its run dirs one level further down, under their experiment's name: see experiments_in)
+NOT_EXPERIMENTS = {"tables", "figures", "calibration"}
 CONTEXT = ["model", "gpus"]  # what must match for two schemes to be compared
 
 
@@ -200,11 +202,14 @@ def needs_collecting(exp: str, results: Path) -> str | None:
 
 
 def experiments_in(results: Path) -> list[str]:
+    """The experiments with run dirs under results/: folders whose run dirs sit right in them
+    (results/<exp>/<run_id>/), not a task's own folder (results/<folder>/<exp>/<run_id>/)."""
     if not results.is_dir():
         return []
     return sorted(
         p.name for p in results.iterdir()
-        if p.is_dir() and p.name not in NOT_EXPERIMENTS and find_run_dirs(p)
+        if p.is_dir() and p.name not in NOT_EXPERIMENTS and any(
+            run.parent == p for run in find_run_dirs(p))
     )
 
 

@@ -63,6 +63,7 @@ def select_device(local_rank: int | None = None,
     local-rank variables) to its index. `local_rank`: the node-local rank when the caller
     knows it (MPI's), else it is read from the environment. Raises when no CUDA device is
     visible."""
+    # deferred: torch, only where a rank picks its GPU
     import torch
 
     env = os.environ if environ is None else environ
@@ -87,6 +88,7 @@ def rank_device(cluster_device: str) -> tuple[torch.device, str]:
     """(the device this rank computes on, a line saying which): the host for
     cluster.device=cpu, else this rank's GPU (select_device). Raises, naming the value and
     the fix, when the config asks for a GPU but torch sees none, before anything starts."""
+    # deferred: torch, only where a rank picks its GPU
     import torch
 
     if cluster_device == "cpu":

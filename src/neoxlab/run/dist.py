@@ -24,6 +24,7 @@ class RankInfo:
 
 def discover(master_port: int | None = None) -> RankInfo:
     """Read rank facts from MPI and export RANK/WORLD_SIZE/LOCAL_RANK/MASTER_* for torch."""
+    # deferred: mpi4py initialises MPI on import
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
@@ -54,6 +55,7 @@ def free_port() -> int:
 
 def barrier() -> None:
     """Every rank of the job reaches this point (control plane, outside torch.distributed)."""
+    # deferred: mpi4py initialises MPI on import
     from mpi4py import MPI
 
     MPI.COMM_WORLD.Barrier()
@@ -62,6 +64,7 @@ def barrier() -> None:
 def abort_job(code: int = 1) -> None:
     """End every rank of the job now (a failing rank must not leave others hanging)."""
     try:
+        # deferred: mpi4py initialises MPI on import
         from mpi4py import MPI
 
         MPI.COMM_WORLD.Abort(code)

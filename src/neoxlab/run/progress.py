@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from tqdm import tqdm
+
 from neoxlab.config import ConfigError
 
 MODE_ENV = "NEOXLAB_PROGRESS"
@@ -63,8 +65,6 @@ class Progress:
         self.mode = mode(stream) if stream is not None else "off"
         self.bar = None
         if self.mode == "bar":
-            from tqdm import tqdm
-
             self.bar = tqdm(total=total, initial=initial, file=stream, desc=desc, unit=unit,
                             dynamic_ncols=True, mininterval=0.5)
 

@@ -10,6 +10,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
@@ -19,6 +20,16 @@ from neoxlab.run import dist, rundir
 
 RankBody = Callable[[Config, dist.RankInfo, "TextIO | None"], None]
 PREEMPTED_EXIT = 85  # the job stopped on request after saving a checkpoint: requeue it
+
+
+@dataclass(frozen=True)
+class RankProgram:
+    """What every rank of a job runs (`python -m <module> <run_dir>`, built on run_rank), and
+    the modules a local fork server imports once for all ranks. The task record owns it;
+    the commands hand it to the launcher, which knows no task."""
+
+    module: str
+    warm_imports: tuple[str, ...] = ()
 
 
 class Preempted(Exception):  # noqa: N818 - an outcome, not an error

@@ -8,6 +8,7 @@ still starts a one-rank gloo group. The backend follows the device the rank comp
 from __future__ import annotations
 
 import torch
+from megatron.core import parallel_state
 
 from neoxlab.run import dist
 from neoxlab.run.device import backend_for
@@ -18,8 +19,6 @@ HOST = torch.device("cpu")
 def init_model_parallel(tp: int, device: torch.device = HOST) -> None:
     """Start torch.distributed (from the env dist.discover exported) with the backend of
     `device`, and megatron's groups."""
-    from megatron.core import parallel_state
-
     if not torch.distributed.is_initialized():
         torch.distributed.init_process_group(backend=backend_for(device))
     if not parallel_state.model_parallel_is_initialized():
@@ -36,8 +35,6 @@ def init_single_process() -> None:
 
 
 def shutdown() -> None:
-    from megatron.core import parallel_state
-
     if parallel_state.model_parallel_is_initialized():
         parallel_state.destroy_model_parallel()
     if torch.distributed.is_initialized():

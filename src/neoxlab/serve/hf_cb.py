@@ -32,6 +32,7 @@ class CBSizing:
 
 
 def _generation_config(max_new_tokens: int, sampling: Sampling):
+    # deferred: transformers is slow to import, only the HF policies need it
     from transformers import GenerationConfig
 
     eos = -1 if sampling.eos_token_id is None else sampling.eos_token_id
@@ -44,6 +45,7 @@ def _generation_config(max_new_tokens: int, sampling: Sampling):
 
 
 def _cb_config(sizing: CBSizing):
+    # deferred: transformers is slow to import, only the HF policies need it
     from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
     return ContinuousBatchingConfig(num_blocks=sizing.num_blocks, page_size=sizing.page_size,
@@ -57,6 +59,7 @@ def neox_cb_supported() -> bool:
     A tiny random GPT-NeoX generates greedily through generate_batch and through generate;
     supported means no error and the same tokens.
     """
+    # deferred: transformers is slow to import, only the HF policies need it
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
     torch.manual_seed(0)
@@ -83,6 +86,7 @@ def neox_cb_supported() -> bool:
 
 def llama_twin(model: ModelConfig, seed: int):
     """A Llama with GPT-NeoX's shape: SwiGLU width 2/3 of the GELU MLP keeps params equal."""
+    # deferred: transformers is slow to import, only the HF policies need it
     from transformers import LlamaConfig, LlamaForCausalLM
 
     ffn = model.ffn_mult * model.hidden_size
@@ -100,9 +104,11 @@ def llama_twin(model: ModelConfig, seed: int):
 
 def hf_cb_model(model: ModelConfig, weights: str, seed: int):
     """(model, label): the same GPT-NeoX checkpoint when CB supports it, else the Llama twin."""
+    # deferred: transformers is slow to import, only the HF policies need it
     import transformers
 
     if neox_cb_supported() and weights.startswith("hf:"):
+        # deferred: transformers is slow to import, only the HF policies need it
         from transformers import GPTNeoXForCausalLM
 
         path = weights.removeprefix("hf:")

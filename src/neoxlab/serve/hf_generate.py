@@ -20,6 +20,7 @@ from neoxlab.serve.workload import Request
 
 def neox_twin(model: ServeModel):
     """A GPTNeoXForCausalLM with the ServeModel's config and weights (TP=1 only)."""
+    # deferred: transformers is slow to import, only the HF policies need it
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
     if model.tp != 1:

@@ -46,6 +46,7 @@ def _cpu_tag() -> str:
 
 @cache
 def _module() -> ModuleType | None:
+    # deferred: cpp_extension, only when the kernel is built
     from torch.utils import cpp_extension
 
     try:

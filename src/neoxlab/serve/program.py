@@ -20,11 +20,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TextIO
 
+import torch
+
 from neoxlab.comm.strict import strict_from_env
 from neoxlab.config import Config
 from neoxlab.run import device, rundir
 from neoxlab.run.progress import Progress
 from neoxlab.run.rankjob import run_rank
+from neoxlab.serve import native_attention
 from neoxlab.serve.distributed import init_model_parallel
 from neoxlab.serve.hf_cb import CBSizing
 from neoxlab.serve.model import ServeModel
@@ -74,8 +77,6 @@ def start(cfg: Config, rank: int) -> ServeModel:
 
 
 def serve(cfg: Config, run_dir: Path, rank: int, world: int, terminal: TextIO | None) -> None:
-    import torch
-
     check_serve(cfg)
     torch.set_num_threads(cfg.engine.torch_threads)
     strict = strict_from_env()
@@ -85,13 +86,10 @@ def serve(cfg: Config, run_dir: Path, rank: int, world: int, terminal: TextIO | 
 
 def _serve(cfg: Config, run_dir: Path, rank: int, world: int, terminal: TextIO | None,
            strict: bool) -> None:
-    import torch
-
-    from neoxlab.serve import native_attention
-
     model = start(cfg, rank)
     comm = None
     if world > 1:
+        # deferred: mpi4py initialises MPI on import
         from mpi4py import MPI
 
         comm = MPI.COMM_WORLD

@@ -4,6 +4,9 @@ rule and the fix. `validate_serve` returns them (layout.validate collects every 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 from neoxlab.config import Config, ConfigError
 from neoxlab.serve.policies import HF_POLICIES, POLICIES
 from neoxlab.serve.run_weights import validate_run_weights
@@ -12,10 +15,9 @@ ARRIVALS = ("poisson", "constant")
 SAMPLING = ("greedy", "sample")
 
 
-def validate_serve(cfg: Config) -> list[str]:
-    """Every violated serve rule; empty when runnable or when the task is not serve."""
-    if cfg.task.name != "serve":
-        return []
+def validate_serve(cfg: Config, trains: Callable[[str], bool] | None = None) -> list[str]:
+    """Every violated serve rule; empty when runnable. `trains(task name)`: the task
+    registry's word on a `run:<dir>` weights' task (None: asked before planning)."""
     s, m, p = cfg.serve, cfg.model, cfg.parallel
     errors: list[str] = []
     bad = [e for e in s.policies if e not in POLICIES]
@@ -79,10 +81,8 @@ def validate_serve(cfg: Config) -> list[str]:
         errors.append(f"serve.weights='{s.weights}' is not 'random', 'hf:<GPT-NeoX dir>' or "
                       "'run:<training run dir>'; use one of those")
     elif s.weights.startswith("run:"):
-        errors += validate_run_weights(s.weights, m)
+        errors += validate_run_weights(s.weights, m, trains)
     elif s.weights.startswith("hf:"):
-        from pathlib import Path
-
         path = Path(s.weights.removeprefix("hf:"))
         if not (path / "config.json").exists():
             errors.append(f"serve.weights: {path} has no config.json; give a directory written "
@@ -90,9 +90,9 @@ def validate_serve(cfg: Config) -> list[str]:
     return errors
 
 
-def check_serve(cfg: Config) -> None:
+def check_serve(cfg: Config, trains: Callable[[str], bool] | None = None) -> None:
     """Raise ConfigError listing every violated rule (nothing is started)."""
-    errors = validate_serve(cfg)
+    errors = validate_serve(cfg, trains)
     if errors:
         lines = "\n".join(f"  - {e}" for e in errors)
         raise ConfigError(f"serve config of '{cfg.experiment}' is not runnable; nothing "

@@ -13,6 +13,7 @@ logits), because the padded size depends on the TP degree.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,12 +69,15 @@ def shape_mismatch(run: ModelConfig, serve: ModelConfig) -> list[str]:
             for f in SHAPE_FIELDS if getattr(run, f) != getattr(serve, f)]
 
 
-def find_checkpoint(run_dir: Path, serve_model: ModelConfig) -> RunCheckpoint:
+def find_checkpoint(run_dir: Path, serve_model: ModelConfig,
+                    trains: Callable[[str], bool] | None = None) -> RunCheckpoint:
     """The newest usable checkpoint of a builtin training run whose model is serve's model;
-    ConfigError naming the problem and the fix otherwise."""
+    ConfigError naming the problem and the fix otherwise. `trains(task name)`: the task
+    registry's word on whether a task trains (None: the serve task's rules asked it before
+    anything was planned)."""
     cfg = _run_config(run_dir)
     where = f"serve.weights=run:{run_dir}"
-    kind = without_checkpoints(cfg)
+    kind = without_checkpoints(cfg, trains is None or trains(cfg.task.name))
     if kind is not None:
         raise ConfigError(f"{where} is {kind}; serve loads the checkpoints of builtin "
                           "training runs (task=train, engine=builtin)")
@@ -165,13 +169,14 @@ def load_run_weights(serve: torch.nn.Module, ckpt: RunCheckpoint, tp: int, tp_ra
         layer.load_state_dict(state, strict=False)  # buffers (rotary) and extra state stay
 
 
-def validate_run_weights(weights: str, model: ModelConfig) -> list[str]:
+def validate_run_weights(weights: str, model: ModelConfig,
+                         trains: Callable[[str], bool] | None = None) -> list[str]:
     """The problem with `run:<dir>` weights as a list (empty when loadable)."""
     path = run_dir_of(weights)
     if path is None:
         return []
     try:
-        find_checkpoint(path, model)
+        find_checkpoint(path, model, trains)
     except ConfigError as exc:
         return [str(exc)]
     return []

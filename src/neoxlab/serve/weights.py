@@ -28,6 +28,7 @@ def hf_dir(weights: str) -> Path | None:
 
 def model_config_from_hf(path: Path, base: ModelConfig) -> ModelConfig:
     """Our ModelConfig for a GPT-NeoX checkpoint dir (its config.json decides the shape)."""
+    # deferred: transformers is slow to import, only hf: weights need it
     from transformers import AutoConfig
 
     hf = AutoConfig.from_pretrained(path)
@@ -75,6 +76,7 @@ def build_serve_model(
         serve = ServeModel(model, tp, seed, max_seq_len)
         serve.source = weights if weights != "random" else f"random (seed {seed})"
         if path is not None:
+            # deferred: transformers is slow to import, only hf: weights need it
             from transformers import GPTNeoXForCausalLM
 
             hf = GPTNeoXForCausalLM.from_pretrained(path, dtype=torch.float32).state_dict()

@@ -17,6 +17,7 @@ import torch
 from neoxlab.comm.compression_rules import validate_compression
 from neoxlab.comm.policy import communication_dtype
 from neoxlab.compress import CompressionConfigError, make_compressor, parse_spec
+from neoxlab.compress.registry import tune_candidates
 from neoxlab.config import Config, DimCompressionConfig
 from neoxlab.engines.registry import engine_of
 from neoxlab.layout import Layout
@@ -91,6 +92,20 @@ class Scheme:
         return ", ".join(shown) or "none"
 
 
+# Harsh candidates, offered beside the registry's so the guard has something to reject:
+# ZFP rate 2 (harmful on every dimension of the loss-vs-rate map) and top-k at 1 % (drops 99 %
+# of a message). Kept here, apart from the codecs' own tune_specs (issue 54).
+HARSH = ("zfp:rate=2", "topk:ratio=0.01")
+
+
+def tune_codecs(cfg: Config) -> list[str]:
+    """The specs the tuner tries: tune.codecs, or every registered codec's candidates and the
+    harsh ones when it names none (a new codec is tried without a config change)."""
+    if cfg.tune.codecs:
+        return list(cfg.tune.codecs)
+    return list(dict.fromkeys([*tune_candidates(), *HARSH]))
+
+
 def active_dims(cfg: Config, layout: Layout) -> dict[str, str | None]:
     """Every compressible dimension -> None when this layout sends traffic on it, else why
     it does not."""
@@ -125,7 +140,7 @@ def enumerate_candidates(cfg: Config, layout: Layout) -> tuple[list[Candidate], 
             excluded.append(Excluded(dim, "none", idle))
             continue
         dtype = dim_dtype(cfg, dim)
-        for spec in t.codecs:
+        for spec in tune_codecs(cfg):
             reason = _unusable(spec, dtype)
             if reason:
                 excluded.append(Excluded(dim, spec, reason))
@@ -190,7 +205,7 @@ def scheme_errors(cfg: Config, scheme: Scheme) -> list[str]:
     """The compression rules on the scheme applied to cfg (empty: it can run)."""
     if not scheme.consistent():
         return [f"{scheme.label}: its dimensions ask for different compression.allreduce"]
-    return validate_compression(apply(cfg, scheme))
+    return validate_compression(apply(cfg, scheme), trains=True)  # the runs tune starts train
 
 
 def overrides(cfg: Config, scheme: Scheme) -> list[str]:

@@ -8,7 +8,7 @@ be, and cached with its provenance.
 - The emulated cluster: the local profile (this machine's cores run the emulated nodes),
   with links fitted from gloo all-reduce and all-gather sweeps run inside the emulated
   cluster (experiment emulated_omb) at the experiment's uplink rate, with its ranks per node
-  and nodes sending at once, and the bare link alike (emulated.model.UplinkModel), and the
+  and nodes sending at once, and the bare link alike (perfmodel.emulated.UplinkModel), and the
   codecs timed here.
 
 Measured profiles are cached under <results>/calibration/insitu/ (one file per cluster
@@ -32,9 +32,9 @@ from omegaconf import OmegaConf
 from neoxlab.compress import parse_spec
 from neoxlab.config import Config, ConfigError
 from neoxlab.config.profile import CodecProfile, LinkProfile, PerfProfile
-from neoxlab.emulated import model as em
 from neoxlab.files import now
 from neoxlab.layout import Layout, resolve_layout
+from neoxlab.perfmodel import emulated as em
 from neoxlab.perfmodel import traffic
 from neoxlab.perfmodel.codec_timing import measure_codec
 from neoxlab.perfmodel.predict import dim_seconds, spec_key

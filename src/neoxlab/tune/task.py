@@ -18,9 +18,9 @@ from pathlib import Path
 from neoxlab.comm import capture
 from neoxlab.compress import make_compressor
 from neoxlab.config import Config, ConfigError
-from neoxlab.emulated.wire import accounted_between_nodes, payload_bytes
 from neoxlab.engines.registry import engine_of
 from neoxlab.layout import Layout, resolve_layout
+from neoxlab.perfmodel.wire import accounted_between_nodes, payload_bytes
 from neoxlab.results import figures
 from neoxlab.run import rundir
 from neoxlab.tune import guard, insitu, proxy
@@ -30,6 +30,7 @@ from neoxlab.tune.candidates import (
     dim_dtype,
     enumerate_candidates,
     overrides,
+    tune_codecs,
     without_scheme,
 )
 from neoxlab.tune.choose import Scored, combine, fixed_specs, predict_fixed, score_candidates
@@ -38,7 +39,7 @@ from neoxlab.tune.probe import Budget, Run, Runner, estimate_s
 from neoxlab.tune.ranked import export_ranked, uplink_bytes
 from neoxlab.tune.report import Outcome, table, write_config, write_tables
 
-TUNE_DIR = "tune"  # under launch.results_dir; `make collect` skips it
+TUNE_DIR = "tune"  # under launch.results_dir (the task record's output_dir): not an experiment
 OWN_KEYS = ("experiment=", "task=", "launch.results_dir=", "launch.submit=")
 
 
@@ -52,7 +53,7 @@ def rules(cfg: Config, world: int) -> list[str]:
     if unknown:
         errors.append(f"tune.dims has {unknown}; compressible dimensions are tp, pp, dp, zero "
                       "(control traffic is never compressed)")
-    for spec in t.codecs:
+    for spec in tune_codecs(cfg):
         try:
             make_compressor(spec)
         except ValueError as exc:
@@ -157,9 +158,10 @@ def tune(cfg: Config, layout: Layout, run_dir: Path, user: list[str]) -> Outcome
     clock = time.perf_counter()
     measure = t.measure
     runner = Runner(cfg.experiment, user, run_dir, t.run_timeout_s)
+    codecs = tune_codecs(cfg)
     say(f"profile: {'measured here (codecs timed unless cached)' if measure else 'predicted only'}"
-        f"; {len(t.codecs)} codecs")
-    timed = [*t.codecs, *fixed_specs(t.compare)]
+        f"; {len(codecs)} codecs")
+    timed = [*codecs, *fixed_specs(t.compare)]
     found = insitu.resolve(cfg, measure=measure or insitu.runs_here(cfg), specs=timed)
     if insitu.needs_intra_check(cfg, layout, found):
         say(f"profile: intra-node link check, {insitu.INTRA_CHECK_STEPS} uncompressed steps")

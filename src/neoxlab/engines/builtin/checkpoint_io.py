@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from megatron.core import tensor_parallel
 
 from neoxlab.engines.builtin import checkpoints
 from neoxlab.files import write_atomic
@@ -29,8 +30,6 @@ CLIENT_STEP_KEY = "neoxlab_step"
 
 
 def capture_rng() -> dict[str, Any]:
-    from megatron.core import tensor_parallel
-
     tracker = tensor_parallel.get_cuda_rng_tracker().get_states()
     state: dict[str, Any] = {
         "python": random.getstate(),
@@ -44,8 +43,6 @@ def capture_rng() -> dict[str, Any]:
 
 
 def restore_rng(state: dict[str, Any]) -> None:
-    from megatron.core import tensor_parallel
-
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
@@ -85,6 +82,7 @@ def _write_rank_state(path: Path, state: dict[str, Any], die_halfway: bool) -> N
 def save(engine, patch, run_dir: Path, step: int, rank: int, world_size: int,
          global_batch: int, keep: int, die_halfway: bool = False) -> Path:
     """Every rank writes its part; after a barrier rank 0 commits (marker) and prunes."""
+    # deferred: mpi4py initialises MPI on import
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
@@ -137,6 +135,7 @@ def restore(engine, patch, run_dir: Path, rank: int, global_batch: int) -> Resum
 
     Rank 0's view of the checkpoint directories is the job's. A checkpoint that any rank
     fails to load is skipped (the others then load an older one over it, completely)."""
+    # deferred: mpi4py initialises MPI on import
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD

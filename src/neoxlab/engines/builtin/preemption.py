@@ -46,6 +46,7 @@ class StopSignals:
 
     def agreed(self) -> int:
         """The signal any rank received so far (0: none); every rank gets the same answer."""
+        # deferred: mpi4py initialises MPI on import
         from mpi4py import MPI
 
         comm = MPI.COMM_WORLD

@@ -15,6 +15,12 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
+import deepspeed
+import torch
+import torch.distributed.distributed_c10d as c10d
+from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
+from megatron.core import parallel_state
+
 from neoxlab import metrics
 from neoxlab.comm import mpi_group
 from neoxlab.comm.classify import Grid
@@ -25,6 +31,7 @@ from neoxlab.config import Config
 from neoxlab.engines.builtin import checkpoint_io
 from neoxlab.engines.builtin.checkpoint_io import Resumed
 from neoxlab.engines.builtin.data import TokenWindows, micro_batches
+from neoxlab.engines.builtin.model.pipe import build_pipeline_model
 from neoxlab.engines.builtin.online import OnlineRecheck
 from neoxlab.engines.builtin.preemption import StopSignals, signal_name, stop_request_file
 from neoxlab.engines.builtin.reporting import StepReporter
@@ -43,8 +50,6 @@ def comm_timeout(cfg: Config) -> timedelta | None:
     """How long a collective waits for a peer before it raises. launch.comm_timeout_s also
     becomes the default of every group made later (Megatron's and DeepSpeed's new_group pass
     none), so a cut link fails the job instead of hanging it."""
-    import torch.distributed.distributed_c10d as c10d
-
     if cfg.launch.comm_timeout_s is None:
         return None  # the engines' defaults
     timeout = timedelta(seconds=cfg.launch.comm_timeout_s)
@@ -54,11 +59,6 @@ def comm_timeout(cfg: Config) -> timedelta | None:
 
 def init_distributed(cfg: Config, layout: Layout):
     """torch.distributed through DeepSpeed, then megatron-core's TP/PP groups."""
-    import deepspeed
-    import torch
-    from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
-    from megatron.core import parallel_state
-
     on_gpu = torch.cuda.is_available() and cfg.cluster.device != "cpu"
     backend = cfg.engine.backend
     if backend == "auto":
@@ -83,11 +83,6 @@ def init_distributed(cfg: Config, layout: Layout):
 
 
 def build_engine(cfg: Config, layout: Layout, topology, ds_config: dict):
-    import deepspeed  # third-party imports where the engine is built, as before
-
-    # function-level: model.pipe imports deepspeed, loaded only where the engine is built
-    from neoxlab.engines.builtin.model.pipe import build_pipeline_model
-
     model = build_pipeline_model(
         cfg.model, topology, cfg.train.seed, cfg.parallel.activation_checkpointing,
         cfg.parallel.partition_method,
@@ -164,8 +159,6 @@ def prepare(cfg: Config, run_dir: Path, rank: int, terminal: TextIO | None):
     """Everything before the first step; shared with bench/ranks/overhead_rank.py.
 
     Returns (runner, patch, layout); patch is None when compression.patch is off."""
-    import torch
-
     torch.manual_seed(cfg.train.seed)
     torch.set_num_threads(cfg.engine.torch_threads)
     layout = resolve_layout(cfg)
@@ -243,8 +236,6 @@ def train(cfg: Config, run_dir: Path, rank: int, terminal: TextIO | None) -> Non
 def finish(runner: StepRunner, patch, run_dir: Path, rank: int, layout: Layout,
            terminal: TextIO | None) -> None:
     """summary.json and the communication accounting (of this attempt) of every rank."""
-    import torch
-
     runner.finish(run_dir)
     if mpi_group.CALLS:
         print(f"[neoxlab] {mpi_group.BACKEND} process groups ran {mpi_group.summary()}",

@@ -83,6 +83,7 @@ class StepReporter:
 def _start_wandb(cfg: Config, run_dir: Path):
     if cfg.logger.wandb == "disabled":
         return None
+    # deferred: wandb is slow to import and off by default
     import wandb
 
     os.environ.setdefault("WANDB_SILENT", "true")

@@ -10,13 +10,13 @@ from neoxlab.engines.builtin.data import corpus_files
 
 
 def validate_data(cfg: Config) -> list[str]:
-    """A local builtin training run's data.path exists, is readable and holds two windows,
-    checked before any rank starts (engine=neox's data prefix: engines/neox/rules.py)."""
+    """A builtin training run's data.path exists, is readable and holds two windows,
+    checked before any rank starts, for ranks that run on this machine (on a cluster the
+    path is the cluster's: the ranks check it there; engine=neox's data prefix:
+    engines/neox/rules.py)."""
     d = cfg.data
     if d.source != "file" or not d.path:
         return []  # data.source and a missing data.path are layout.validate's rules
-    if cfg.cluster.scheduler != "local":
-        return []  # the path is on the cluster; the ranks check it there
     path, need = Path(str(d.path)).expanduser(), 2 * cfg.model.seq_length + 1
     fix = f"give a readable text file or folder of at least {need} bytes"
     if not path.exists():

@@ -58,8 +58,9 @@ OWNED_BY = {
 }
 
 
-def validate_neox(cfg: Config) -> list[str]:
-    """engine=neox's rules, each with its fix."""
+def validate_neox(cfg: Config, trains: bool = True) -> list[str]:
+    """engine=neox's rules, each with its fix; `trains`: the task's record says its ranks
+    train (GPT-NeoX runs only its train.py)."""
     errors: list[str] = []
     c = cfg.cluster
     if c.neox_dir is None:
@@ -74,7 +75,7 @@ def validate_neox(cfg: Config) -> list[str]:
             "device 'cpu'; pick a GPU cluster (e.g. cluster=lassen or cluster=slurm) or use "
             "engine=builtin here"
         )
-    if cfg.task.name != "train":
+    if not trains:
         errors.append(
             f"engine=neox runs GPT-NeoX's train.py, so task.name must be 'train' (got "
             f"'{cfg.task.name}'); use engine=builtin for task={cfg.task.name}"

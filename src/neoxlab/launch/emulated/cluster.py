@@ -15,8 +15,8 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-from neoxlab.emulated.config import LinkConfig
-from neoxlab.emulated.topology import (
+from neoxlab.config.emulated import LinkConfig
+from neoxlab.launch.emulated.topology import (
     RANK_IF,
     UPLINK_IF,
     Topology,

@@ -1,7 +1,7 @@
 """One point of the emulated sweep, run for real: a run of experiment emulated_sweep with a
 compression config at an uplink rate, and the tuner's pick for a point (task=tune, predicted
 only). Both start `python -m neoxlab` as a user would, so this module sits with the
-commands (the top layer); studies/emulated_sweep.py and studies/tune_regret.py drive it."""
+studies that drive it (emulated_sweep.py, tune_regret.py), above every command."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from neoxlab.emulated.sweep import LAYOUTS, TUNED, Pick, Run, measure, read_jsonl
+from sweep_runs import LAYOUTS, TUNED, Pick, Run, measure, rows_of
+
 from neoxlab.files import REPO_ROOT
 from neoxlab.perfmodel.stretch import Sampler, during_steps, steady_window
 
@@ -35,7 +36,7 @@ def run_point(compression: str, rate: str, layout: str, *, model: str, steps: in
     with Sampler("neoxlab.engines.builtin", interval=0.05) as sampler:
         neoxlab(cmd)
     run_dir = sorted((results / "emulated_sweep").iterdir())[-1]
-    records = read_jsonl(run_dir / "metrics.jsonl")
+    records = rows_of(run_dir / "metrics.jsonl")
     window = steady_window(records, 2)
     whole = sampler.load(*window)
     return Run(run_dir, measure(run_dir), {

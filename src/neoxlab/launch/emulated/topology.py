@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from neoxlab.emulated.config import EmulatedConfig, LinkConfig
+from neoxlab.config.emulated import EmulatedConfig, LinkConfig
 
 RANK_IF = "eth0"  # the rank's only interface (GLOO_SOCKET_IFNAME)
 UPLINK_IF = "nic"  # the node's end of its uplink (its NIC)
@@ -57,7 +57,7 @@ class Topology:
 
     @property
     def ctl_ns(self) -> str:
-        """The Slurm controller's namespace on the switch (netem.slurm only)."""
+        """The Slurm controller's namespace on the switch (slurm.py only)."""
         return f"{self.prefix}-ctl"
 
     def node_ns(self, node: int) -> str:

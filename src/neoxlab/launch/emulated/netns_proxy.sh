@@ -1,5 +1,5 @@
 #!/bin/sh
-# MPICH hydra's "ssh" on an emulated cluster (neoxlab.emulated.launch):
+# MPICH hydra's "ssh" on an emulated cluster (neoxlab.launch.emulated.launch):
 #   netns_proxy.sh [-x ...] <node> <proxy command>
 # The proxy stays on this machine's own network (it talks to mpiexec); it only learns which
 # emulated node it stands for, and its ranks enter their namespaces with netns_rank.sh.

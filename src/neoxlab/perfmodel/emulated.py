@@ -60,7 +60,7 @@ from neoxlab.config.profile import CodecProfile, LinkProfile, PerfProfile
 from neoxlab.files import REPO_ROOT
 from neoxlab.layout import resolve_layout
 from neoxlab.perfmodel.fit import BANDWIDTH_BENCHMARKS, fit_alpha_beta, steps_and_bytes
-from neoxlab.perfmodel.predict import Prediction, _predict
+from neoxlab.perfmodel.predict import Prediction, predict_with
 from neoxlab.perfmodel.resolve import resolve_profile
 from neoxlab.run import rundir
 
@@ -324,7 +324,7 @@ def emulated_profile(base: PerfProfile, links: UplinkModel, rate_mbit: float | N
     intra = dataclasses.replace(links.uplink(None, sharing, nodes), fitted_under_load=True)
     return dataclasses.replace(base, intra=intra, inter=inter, codecs=codecs or base.codecs,
                                calibration=None, source="local profile + emulated uplinks "
-                               "fitted by neoxlab.emulated.model")
+                               "fitted by neoxlab.perfmodel.emulated")
 
 
 def sweep_config(scheme: str, rate: str, layout_overrides: list[str], model: str) -> Config:
@@ -339,7 +339,7 @@ def predict_point(cfg: Config, base: PerfProfile, links: UplinkModel,
     rate = cfg.cluster.emulated.inter.rate_mbit
     sharing = cfg.cluster.ranks_per_node
     profile = emulated_profile(base, links, rate, sharing, codecs, cfg.cluster.nodes)
-    return _predict(cfg, resolve_layout(cfg), profile, "emulated", external)
+    return predict_with(cfg, resolve_layout(cfg), profile, "emulated", external)
 
 
 def crossover(rates: list[float], gains: list[float]) -> float | None:

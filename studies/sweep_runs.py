@@ -1,9 +1,9 @@
 """The emulated sweep's measurements: a run dir's training collectives, codec seconds and
 uplink bytes, the median run of a point, its rows with the gains over the baseline (and the
 tuner's predictions beside them), the tuner's goals per point, and the sweep table
-(results/tables/emulated_sweep.sweep.csv). The runs themselves: emulated/points.py; the
-driver is studies/emulated_sweep.py; studies/emulated_model.py and the figures read the
-same table."""
+(results/tables/emulated_sweep.sweep.csv). The runs themselves: sweep_points.py; the
+driver is emulated_sweep.py; emulated_model.py and the figures read the same table. The
+studies import it by name (a study runs as `python studies/<name>.py`)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from neoxlab.emulated.wire import payload_bytes
+from neoxlab.perfmodel.wire import payload_bytes
+from neoxlab.results.load import read_jsonl
 
 # the paper's fixed schemes and one per codec family the tuner may pick (issue 54): the pick
 # is held to the best of all of them
-SCHEMES = ("none", "naive", "zhybrid", "mzhybrid", "int8", "int4", "fp16", "bf16")
+SCHEMES = ("none", "naive", "zhybrid", "mzhybrid", "int8", "int4", "fp16", "bf16", "fp8")
 LAYOUTS = {  # name -> overrides of experiment emulated_sweep
     "2x2": [],  # TP=2 inside a node, DP=2 across 2 nodes (2 ranks share an uplink)
     "4x1": ["cluster.nodes=4", "cluster.ranks_per_node=1", "parallel.tp=1"],  # DP=4
@@ -33,15 +34,19 @@ TABLE = Path("tables") / "emulated_sweep.sweep.csv"
 KEY = ("layout", "rate_mbit", "scheme")
 
 
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def rows_of(path: Path) -> list[dict]:
+    """A run's JSON-lines file (results.load.read_jsonl); a line a crash cut short makes the
+    point unmeasurable rather than quietly shorter."""
+    rows, bad = read_jsonl(path)
+    if bad:
+        raise ValueError(f"{path}: unreadable lines {[m.lineno for m in bad]}; rerun the point")
+    return rows
 
 
 def step_collectives(run_dir: Path) -> tuple[list[dict], dict]:
     """A run's training collectives (comm.jsonl, every rank) and its network.json."""
     network = json.loads((run_dir / "network.json").read_text())
-    comm = [r for r in read_jsonl(run_dir / "comm.jsonl") if r["op"].startswith(STEP_OPS)]
+    comm = [r for r in rows_of(run_dir / "comm.jsonl") if r["op"].startswith(STEP_OPS)]
     return comm, network
 
 
@@ -53,7 +58,7 @@ def codec_s(comm: list[dict], network: dict) -> float:
 
 def measure(run_dir: Path) -> dict:
     summary = json.loads((run_dir / "summary.json").read_text())
-    metrics = read_jsonl(run_dir / "metrics.jsonl")
+    metrics = rows_of(run_dir / "metrics.jsonl")
     comm, network = step_collectives(run_dir)
     world = network["nodes"] * network["ranks_per_node"]
     comm_s = sum(r["comm_s"] for r in comm) / world
@@ -142,8 +147,8 @@ def step_uplink_payload(run_dir: Path, short_dir: Path) -> float:
     the steps cancels: the rendezvous through the TCP store, gloo's connections, the start-up
     broadcasts, a pipeline's tensor shapes; none of it is in the comm accounting, and on a
     layout that sends little a step (2x2-pp: 0.13 MB) it was 10 % of five steps' bytes."""
-    steps = len(read_jsonl(run_dir / "metrics.jsonl"))
-    short_steps = len(read_jsonl(short_dir / "metrics.jsonl"))
+    steps = len(rows_of(run_dir / "metrics.jsonl"))
+    short_steps = len(rows_of(short_dir / "metrics.jsonl"))
     if steps <= short_steps:
         raise ValueError(f"{run_dir} ran {steps} steps, not more than the short run "
                          f"{short_dir} ({short_steps}): the difference has no steps")

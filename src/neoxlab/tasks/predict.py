@@ -18,14 +18,14 @@ import pandas as pd
 from neoxlab.config import Config
 from neoxlab.layout import resolve_layout
 from neoxlab.perfmodel import prediction_tables as report
-from neoxlab.perfmodel import sensitivity_report
 from neoxlab.perfmodel.predict import Prediction, predict
 from neoxlab.results import figures
+from neoxlab.results import sensitivity as sensitivity_report
 from neoxlab.results.tables import write_table
 from neoxlab.run import rundir
 from neoxlab.tune import insitu
 
-PREDICTIONS_DIR = "predictions"  # under launch.results_dir; `make collect` skips it
+PREDICTIONS_DIR = "predictions"  # under launch.results_dir: the task record's output_dir
 
 
 def run_predict(cfg: Config, configs: list[Config], argv: list[str]) -> int:

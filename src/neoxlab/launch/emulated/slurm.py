@@ -25,8 +25,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from neoxlab.emulated.cluster import NetemError, run_command
-from neoxlab.emulated.topology import BRIDGE, Topology
+from neoxlab.launch.emulated.cluster import NetemError, run_command
+from neoxlab.launch.emulated.topology import BRIDGE, Topology
 
 STATE_ROOT = Path("/run/neoxlab")
 CTL_IF, CTL_PORT = "eth0", "ctl"  # the controller's link: its end, and the switch's port
