@@ -160,7 +160,9 @@ def tune(cfg: Config, layout: Layout, run_dir: Path, user: list[str]) -> Outcome
     runner = Runner(cfg.experiment, user, run_dir, t.run_timeout_s)
     codecs = tune_codecs(cfg)
     say(f"profile: {'measured here (codecs timed unless cached)' if measure else 'predicted only'}"
-        f"; {len(codecs)} codecs")
+        f"; {len(codecs)} codecs"
+        + ("; emulated links fitted from omb runs inside the emulated cluster unless cached "
+           "(minutes)" if cfg.cluster.emulated is not None else ""))
     timed = [*codecs, *fixed_specs(t.compare)]
     found = insitu.resolve(cfg, measure=measure or insitu.runs_here(cfg), specs=timed)
     if insitu.needs_intra_check(cfg, layout, found):
