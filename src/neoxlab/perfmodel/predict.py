@@ -341,6 +341,14 @@ def codec_for(cfg: Config, p: PerfProfile, msg: traffic.Message, notes: list[str
     profile = kernel_profile(cfg, profile, d.compressor, notes)
     ratio = codec_ratio(d.compressor, d.params, msg.float_bits, profile.ratio)
     if ratio <= 1.0:
+        shrinks = make_compressor({"name": d.compressor, **d.params}).shrinks(
+            WIDTH_DTYPES[msg.float_bits])
+        if cfg.compression.backend != "mpi" and shrinks is False:
+            # the patch leaves such traffic on the plain collective (comm/patch.py asks the
+            # codec the same question); a data-dependent codec still encodes
+            notes.append(f"{msg.dim}: {d.compressor} {d.params} on {msg.float_bits}-bit values "
+                         f"does not shrink them (ratio {ratio:.2f}): sent raw, no encode")
+            return None
         notes.append(f"{msg.dim}: {d.compressor} {d.params} on {msg.float_bits}-bit values "
                      f"does not shrink them (ratio {ratio:.2f}): sent raw, encode still paid")
     return Codec(d.compressor, ratio, profile, min_bytes, feedback)
