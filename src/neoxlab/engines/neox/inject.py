@@ -62,13 +62,26 @@ def install_from_env():
     _state.busy = True
     try:
         run_dir = Path(value)
-        _state.patch = install_for_run(load_config(run_dir), load_layout(run_dir))
+        cfg, layout = load_config(run_dir), load_layout(run_dir)
+        adapt(cfg, layout)
+        _state.patch = install_for_run(cfg, layout)
         _state.installed = True
     finally:
         _state.busy = False
     if _state.patch is not None:
         atexit.register(write_rows)
     return _state.patch
+
+
+def adapt(cfg, layout) -> None:
+    """GPT-NeoX fitted to this process: our DeepSpeed's eval_batch (compat, everywhere) and,
+    on a CPU cluster only, CPU mode (cpu_mode: torch.cuda patched; a GPU rank is untouched)."""
+    from neoxlab.engines.neox import compat, cpu_mode
+
+    compat.apply()
+    if cpu_mode.wanted(cfg.cluster.device):
+        cpu_mode.apply(cpu_mode.ranks_per_node_from_env(
+            min(cfg.cluster.ranks_per_node, layout.world_size)))
 
 
 def write_rows(rank: int | None = None) -> Path | None:
@@ -127,12 +140,15 @@ class _CallbackLoader(importlib.abc.Loader):
         self.callback()
 
 
+def after_import(module: str, callback) -> None:
+    """Call `callback()` once `module` has been imported (now, if it already is)."""
+    if module in sys.modules:
+        callback()
+    elif not any(isinstance(f, _AfterImport) and f.name == module for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterImport(module, callback))
+
+
 def arm(module: str = "deepspeed") -> None:
     """Install the patch as soon as `module` is imported (now, if it already is)."""
-    if not os.environ.get(RUN_DIR_ENV):
-        return
-    if module in sys.modules:
-        install_from_env()
-        return
-    if not any(isinstance(f, _AfterImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _AfterImport(module, install_from_env))
+    if os.environ.get(RUN_DIR_ENV):
+        after_import(module, install_from_env)
