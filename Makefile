@@ -9,7 +9,7 @@ EXP ?= local_compare
 OVERRIDES := $(filter-out EXP=% RUN=% PYTHON=% TESTS=%,$(MAKEOVERRIDES))
 TESTS ?= tests
 
-.PHONY: help install neox-env run resume status collect figures test lint bench omb-compare \
+.PHONY: help install neox-env neox-checkout run resume status collect figures test lint bench omb-compare \
   slurm-up slurm-down clean-venv nvrtc test-oldest
 
 help: ## list targets and experiments
@@ -32,6 +32,14 @@ install: $(STAMP) ## create .venv and install pinned dependencies (no-op when up
 # (pyproject.toml [neox]); rank 0 of a job builds the helpers with this venv's python.
 neox-env: $(STAMP) ## add GPT-NeoX's extra needs (engine=neox) to .venv
 	$(PY) -m pip install -q -e '.[dev,neox]'
+
+# The vendored GPT-NeoX (patches/upstream.lock's commit) unpacked into the git-ignored
+# build/gpt-neox, where experiments/local_neox*.yaml look for it (cluster.neox_dir).
+NEOX_TARBALL ?= ../shared/vendor/gpt-neox-ea7aefd8.tar.gz
+neox-checkout: build/gpt-neox/train.py ## unpack the vendored GPT-NeoX into build/gpt-neox
+build/gpt-neox/train.py:
+	@test -f $(NEOX_TARBALL) || { echo "no $(NEOX_TARBALL): give NEOX_TARBALL=<gpt-neox tar.gz> or cluster.neox_dir=<checkout>" >&2; exit 2; }
+	mkdir -p build && tar -xzf $(NEOX_TARBALL) -C build && touch $@
 
 run: $(STAMP) ## run experiment EXP (default local_compare) with Hydra overrides after it
 	$(PY) -m neoxlab experiment=$(EXP) $(OVERRIDES)

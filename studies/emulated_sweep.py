@@ -10,10 +10,21 @@ Needs root + iproute2; run it alone (it is heavy, about 15 minutes with the defa
     .venv/bin/python studies/emulated_sweep.py --layout 4x1-owner --rates 200 40
     .venv/bin/python studies/emulated_sweep.py --tuned --repeats 3 --rates 40 200  # + the pick
     .venv/bin/python studies/emulated_sweep.py --checks     # the pick's goals, from the table
+    .venv/bin/python studies/emulated_sweep.py --tuned --rates 40 200 \\
+        --data docs/measurements/data/<date>-emulated-sweep.runs.jsonl   # + every run's row
+    .venv/bin/python studies/emulated_sweep.py --from-data docs/measurements/data/<...>.jsonl
 Appends to results/tables/emulated_sweep.sweep.csv (a row per layout, rate and scheme; a
 point measured again replaces its row), then `make figures EXP=emulated_sweep` draws it.
+--data: every run's row (results/rundata.py: every step's time and loss, bytes per dimension,
+with what the table takes from the run: its measures, the load beside it, the pick's
+prediction) appended as it finishes; --from-data rebuilds the table's rows and the checks
+from such a file alone, after the run dirs are gone.
 
---tuned: at each rate, task=tune first (predicted only, studies/sweep_points.py tune_point);
+The fixed schemes are sweep_runs.SCHEMES: the paper's four and int8, int4, fp16, bf16, fp8 on
+every dimension; "best fixed" is the best of all of them.
+
+--tuned: at each rate, task=tune first with its defaults, guard on (--predicted-only:
+tune.measure=false; studies/sweep_points.py tune_point);
 its pick runs as scheme "tuned", interleaved with the others, and the rows keep the tuner's
 predicted step (and for the pick its predicted and carried uplink payload per step: the
 median run's uplinks less those of one 3-step run of the pick, over the steps between). The
@@ -46,19 +57,83 @@ from sweep_runs import (
     TUNED,
     Pick,
     Run,
+    median_run,
     naive_beaten,
     point_rows,
+    step_uplink_payload,
     tuned_checks,
     write,
 )
+
+from neoxlab.results import rundata
 
 REPO = Path(__file__).resolve().parents[1]
 SHORT_STEPS = 3  # the short run of the pick: 2 warm-up steps + 1
 
 
-def print_checks(table: Path) -> None:
-    with table.open() as f:
-        checks = tuned_checks(list(csv.DictReader(f)))
+def data_row(layout: str, rate: str, scheme: str, repeat: int, run: Run, pick: Pick | None,
+             short: Run | None) -> dict:
+    """A run's row for the --data file: the run's own (rundata), what the table takes from
+    it, and for the pick the prediction and the uplink payload a step (against the short
+    run, measured now: the run dirs may be gone when the table is rebuilt)."""
+    row = rundata.run_row(run.run_dir, layout=layout, rate_mbit=rate, scheme=scheme,
+                          repeat=repeat)
+    row.update(metrics=run.metrics, load=run.load)
+    if pick is not None:
+        row["pick"] = {"config": pick.config, "tune_dir": str(pick.tune_dir),
+                       "predicted_step_s": pick.predicted_step_s,
+                       "uplink_payload_bytes": pick.uplink_payload_bytes}
+        if scheme == TUNED and short is not None:
+            row["uplink_payload_bytes_per_step"] = step_uplink_payload(run.run_dir,
+                                                                       short.run_dir)
+    return row
+
+
+def rows_from_data(path: Path) -> list[dict]:
+    """The table's rows rebuilt from a --data file: per point the median run of each scheme,
+    as point_rows makes them from the runs."""
+    data = rundata.read(path)
+    out = []
+    for layout, rate in dict.fromkeys((r["layout"], r["rate_mbit"]) for r in data):
+        mine = [r for r in data if (r["layout"], r["rate_mbit"]) == (layout, rate)]
+        schemes = list(dict.fromkeys(r["scheme"] for r in mine))
+        if "none" in schemes:  # the baseline first: the gains are over it
+            schemes.remove("none")
+            schemes.insert(0, "none")
+        runs = {(rate, s): [Run(Path(r["run_dir"]), r["metrics"], r["load"]) for r in mine
+                            if r["scheme"] == s] for s in schemes}
+        picked = next((r["pick"] for r in mine if "pick" in r), None)
+        pick = None if picked is None else Pick(picked["config"], Path(picked["tune_dir"]),
+                                                picked["predicted_step_s"],
+                                                picked["uplink_payload_bytes"])
+        rows = point_rows(layout, rate, schemes, runs, pick, None)
+        for row in rows:  # the pick's carried payload, as measured when it ran
+            if row["scheme"] == TUNED:
+                mid = median_run(runs[rate, TUNED])
+                (r,) = [r for r in mine if r["run_dir"] == str(mid.run_dir)]
+                row["uplink_payload_bytes_per_step"] = r.get("uplink_payload_bytes_per_step")
+                row["predicted_uplink_payload_bytes_per_step"] = pick.uplink_payload_bytes
+        out += rows
+    return out
+
+
+def print_rows(rows: list[dict]) -> None:
+    print("| layout | Mbit/s | scheme | samples/s (min-max, runs) | gain | comm | codec | "
+          "uplinks MB/step | final loss |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['layout']} | {r['rate_mbit']} | {r['scheme']} | {r['samples_per_s']:.3f} "
+              f"({r['samples_per_s_min']:.3f}-{r['samples_per_s_max']:.3f}, {r['runs']}) | "
+              f"{r['gain_samples']:+.1%} | {r['comm_share']:.0%} | {r['codec_share']:.0%} | "
+              f"{r['uplink_MB_per_step']:.2f} | {r['final_loss']:.4f} |")
+
+
+def print_checks(table: Path | list[dict]) -> None:
+    if isinstance(table, list):
+        checks = tuned_checks(table)
+    else:
+        with table.open() as f:
+            checks = tuned_checks(list(csv.DictReader(f)))
     for c in checks:
         print(f"{c['layout']} {c['rate_mbit']:>5}: tuned {c['tuned_samples_per_s']:.3f} samples/s"
               f", {c['vs_best_fixed']:.3f}x best fixed ({c['best_fixed']})"
@@ -92,8 +167,21 @@ def main() -> int:
                         "again); a point is its median run")
     parser.add_argument("--model", default="neox_small")
     parser.add_argument("--results", type=Path, default=REPO / "results")
+    parser.add_argument("--predicted-only", action="store_true",
+                        help="tune with tune.measure=false (no capture, no probes); the "
+                             "default tunes as a user does, guard on")
+    parser.add_argument("--data", type=Path, default=None,
+                        help="append every run's row to this data file")
+    parser.add_argument("--from-data", type=Path, default=None,
+                        help="no runs: the table and the checks of a data file")
     args = parser.parse_args()
     args.results = args.results.resolve()
+    if args.from_data:
+        rows = rows_from_data(args.from_data)
+        print_rows(rows)
+        if any(r["scheme"] == TUNED for r in rows):
+            print_checks(rows)
+        return 0
     if args.checks:
         print_checks(args.results / TABLE)
         return 0
@@ -108,7 +196,7 @@ def main() -> int:
         for rate in args.rates:
             if args.tuned and rate not in picks:
                 picks[rate] = tune_point(rate, args.layout, model=args.model,
-                                         results=args.results)
+                                         results=args.results, measure=not args.predicted_only)
                 # for the pick's bytes a step: start-up traffic cancels against this run
                 shorts[rate] = run_point(picks[rate].config, rate, args.layout,
                                          model=args.model, steps=SHORT_STEPS,
@@ -120,6 +208,9 @@ def main() -> int:
                 run = run_point(config, rate, args.layout, model=args.model,
                                 steps=args.steps, results=args.results)
                 runs[rate, scheme].append(run)
+                if args.data:
+                    rundata.append(args.data, [data_row(args.layout, rate, scheme, repeat, run,
+                                                        picks.get(rate), shorts.get(rate))])
                 m, load = run.metrics, run.load
                 print(f"{args.layout} {rate:>5} {scheme:<9} run {repeat}/{args.repeats} "
                       f"{m['samples_per_s']:7.3f} samples/s  comm {m['comm_share']:4.0%}  "

@@ -8,6 +8,11 @@ codec had there.
     .venv/bin/python studies/loss_rate_map.py                   # every run it lacks, then the map
     .venv/bin/python studies/loss_rate_map.py --seeds 1 --dims tp     # a part of it
     .venv/bin/python studies/loss_rate_map.py --from-runs             # the map of the runs there
+    .venv/bin/python studies/loss_rate_map.py --from-data             # the committed map's table
+
+task=tune's budgets are computed from the committed rows (neoxlab.config.budget_map reads
+docs/measurements/data/2026-12-04-loss-rate-map.rate_map.csv); `--data PATH` writes a new
+map's rows there in the same columns.
 
 Finished runs (all steps logged, same model and steps) are reused, so a map cut short goes on
 with the runs it lacks, across sessions. Seed by seed, baselines first.
@@ -32,16 +37,17 @@ from pathlib import Path
 
 import numpy as np
 
+from neoxlab.config.budget_map import MAP_FILE, budgets, judge, read_rows
+
 REPO = Path(__file__).resolve().parents[1]
 EXP = "loss_rate_map"
 POINTS = {"fp32": ["zfp:rate=2", "zfp:rate=4", "zfp:rate=8", "int4"],
           "bf16": ["zfp:rate=4", "zfp:rate=8"]}
 DIMS = ("tp", "dp", "zero")  # the layout's dimensions (TP=2 x DP=2, ZeRO-1, no pipeline)
-# The bar a codec's deviation is held to: naive's codec on the same dimension and precision.
-# The seed spread (the first map's bar) let int4 on DP gradients through, and the pick that
-# used it deviated from the same-seed baseline more than naive does (neox_small, 300 steps,
-# docs/measurements/2026-12-04-tune.md); the tuner's promise is "no worse than naive".
-REFERENCE = "zfp:rate=8"
+# The bar a codec's deviation is held to (budget_map.REFERENCE): naive's codec on the same
+# dimension and precision. The seed spread (the first map's bar) let int4 on DP gradients
+# through, and the pick that used it deviated from the same-seed baseline more than naive
+# does (neox_small, 300 steps, docs/measurements/2026-12-04-tune.md).
 CAPTURE = 4  # messages per dimension the baselines keep for the proxy
 
 
@@ -116,33 +122,26 @@ def proxy_error(run_dir: Path, dim: str, codec: str) -> float | None:
     return relative_error(codec, load(run_dir).get(dim, []))
 
 
-def judge(rows: list[dict]) -> None:
-    """Mark each row: `naive_deviation` (REFERENCE's on its dimension and precision) and
-    `hurts` (a deviation above it). A dimension whose reference was not run has no bar to
-    pass: its rows all hurt."""
-    bar = {(r["precision"], r["dim"]): r["deviation"] for r in rows
-           if r["codec"] == REFERENCE}
+def write_csv(path: Path, data: list[dict]) -> None:
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(data[0]))
+        writer.writeheader()
+        writer.writerows(data)
+
+
+def report(rows: list[dict], budget: list[dict]) -> None:
+    """The map's table (markdown, as the measurement page has it) and the budgets."""
+    print("| precision | dim | codec | deviation | seed spread | proxy error | naive's "
+          "deviation | verdict |\n|---|---|---|---|---|---|---|---|")
     for r in rows:
-        r["naive_deviation"] = bar.get((r["precision"], r["dim"]))
-        r["hurts"] = r["naive_deviation"] is None or r["deviation"] > r["naive_deviation"]
-
-
-def budgets(rows: list[dict]) -> list[dict]:
-    """Per dimension: the largest proxy error of a harmless codec (deviation at most naive's
-    codec's) that is below the smallest proxy error of any codec that hurts. The proxy need
-    not order codecs as the loss does (int4 and ZFP err in different ways), so a harmless
-    codec above a harmful one does not raise the budget. None when no harmless codec is below
-    every harmful one."""
-    out = []
-    for dim in dict.fromkeys(r["dim"] for r in rows):
-        mine = [r for r in rows if r["dim"] == dim and r["proxy_error"] is not None]
-        harmful = [r["proxy_error"] for r in mine if r["hurts"]]
-        limit = min(harmful, default=float("inf"))
-        harmless = [r["proxy_error"] for r in mine if not r["hurts"] and r["proxy_error"] < limit]
-        out.append({"dim": dim, "budget": max(harmless, default=None),
-                    "smallest_harmful_proxy": None if not harmful else limit,
-                    "codecs": len(mine)})
-    return out
+        err = "-" if r["proxy_error"] is None else f"{r['proxy_error']:.3g}"
+        naive = "-" if r["naive_deviation"] is None else f"{r['naive_deviation']:.4f}"
+        print(f"| {r['precision']} | {r['dim']} | {r['codec']} | {r['deviation']:.4f} | "
+              f"{float(r['seed_spread']):.4f} | {err} | {naive} | "
+              f"{'hurts' if r['hurts'] else 'no worse than naive'} |")
+    for b in budget:
+        print(f"tune.error_budget.{b['dim']}={b['budget']} (smallest harmful proxy "
+              f"{b['smallest_harmful_proxy']}, {b['codecs']} codecs)")
 
 
 def main() -> int:
@@ -156,7 +155,17 @@ def main() -> int:
     parser.add_argument("--model", default="neox_tiny")
     parser.add_argument("--results", type=Path, default=REPO / "results")
     parser.add_argument("--from-runs", action="store_true", help="no new runs")
+    parser.add_argument("--from-data", type=Path, nargs="?", const=MAP_FILE, default=None,
+                        help="the table and budgets of a map's committed rows (default: the "
+                             "one task=tune reads), no runs")
+    parser.add_argument("--data", type=Path, default=None,
+                        help="also write the map's rows here (docs/measurements/data/...)")
     args = parser.parse_args()
+    if args.from_data is not None:
+        rows = read_rows(args.from_data)
+        judge(rows)
+        report(rows, budgets(rows))
+        return 0
     args.results = args.results.resolve()
     points = {p: [c for c in POINTS[p] if args.codecs is None or c in args.codecs]
               for p in args.precisions}
@@ -206,21 +215,14 @@ def main() -> int:
     tables = args.results / "tables"
     tables.mkdir(parents=True, exist_ok=True)
     budget = budgets(rows)
+    if args.data is not None:
+        write_csv(args.data, [{k: r[k] for k in ("precision", "dim", "codec", "seeds",
+                                                   "deviation", "seed_spread", "proxy_error")}
+                              for r in rows])
     for name, data in (("rate_map", rows), ("curves", curves), ("budget", budget)):
         if data:
-            with (tables / f"{EXP}.{name}.csv").open("w", newline="") as f:
-                writer = csv.DictWriter(f, fieldnames=list(data[0]))
-                writer.writeheader()
-                writer.writerows(data)
-    for r in rows:
-        err = "-" if r["proxy_error"] is None else f"{r['proxy_error']:.3g}"
-        print(f"{r['precision']} {r['dim']:<4} {r['codec']:<11} deviation {r['deviation']:.4f} "
-              f"(seed spread {r['seed_spread']:.4f}, {r['seeds']} seeds) proxy {err}: "
-              f"{'hurts' if r['hurts'] else 'no worse than naive'} (naive's codec "
-              f"{r['naive_deviation']})")
-    for b in budget:
-        print(f"tune.error_budget.{b['dim']}={b['budget']} (smallest harmful proxy "
-              f"{b['smallest_harmful_proxy']}, {b['codecs']} codecs)")
+            write_csv(tables / f"{EXP}.{name}.csv", data)
+    report(rows, budget)
     print(f"table: {tables / f'{EXP}.rate_map.csv'}")
     return 0
 

@@ -50,14 +50,17 @@ def tuned_name(layout: str, rate: str) -> str:
 
 
 def tune_point(rate: str, layout: str, *, model: str, results: Path,
-               extra: tuple[str, ...] = ()) -> Pick:
-    """task=tune (predicted only: tune.measure=false, proxy on stand-ins, no probes) for the
-    layout at the rate; its pick is copied to configs/compression/<tuned_name>.yaml (a
-    git-ignored name) so every later run of the point runs it as `compression=<name>`."""
+               extra: tuple[str, ...] = (), measure: bool = True) -> Pick:
+    """task=tune for the layout at the rate, with the tuner's defaults (tune.measure=true:
+    capture, noise runs and probes inside the emulated cluster; `measure=False`: predicted
+    only, proxy on stand-ins, no probes); its pick is copied to
+    configs/compression/<tuned_name>.yaml (a git-ignored name) so every later run of the
+    point runs it as `compression=<name>`."""
     name = tuned_name(layout, rate)
     cmd = [sys.executable, "-m", "neoxlab", "experiment=tune_emulated", f"model={model}",
            f"cluster.emulated.inter.rate_mbit={'null' if rate == 'none' else rate}",
-           "tune.measure=false", f"launch.results_dir={results}", *LAYOUTS[layout], *extra]
+           f"tune.measure={str(measure).lower()}", f"launch.results_dir={results}",
+           *LAYOUTS[layout], *extra]
     neoxlab(cmd)
     tune_dir = sorted((results / "tune" / "tune_emulated").iterdir())[-1]
     summary = json.loads((tune_dir / "tune.json").read_text())

@@ -15,7 +15,9 @@ from pathlib import Path
 from neoxlab.perfmodel.wire import payload_bytes
 from neoxlab.results.load import read_jsonl
 
-SCHEMES = ("none", "naive", "zhybrid", "mzhybrid")
+# the paper's fixed schemes and one per codec family the tuner may pick (issue 54): the pick
+# is held to the best of all of them
+SCHEMES = ("none", "naive", "zhybrid", "mzhybrid", "int8", "int4", "fp16", "bf16", "fp8")
 LAYOUTS = {  # name -> overrides of experiment emulated_sweep
     "2x2": [],  # TP=2 inside a node, DP=2 across 2 nodes (2 ranks share an uplink)
     "4x1": ["cluster.nodes=4", "cluster.ranks_per_node=1", "parallel.tp=1"],  # DP=4

@@ -1,17 +1,24 @@
-"""The tuner's regret on the emulated cluster: at each rate, task=tune (predicted only) exports
-up to --count options spread over its predicted ranking (tune.export_ranked: guard-passing
-single-dimension candidates and schemes, the baseline and the pick among them); each runs
-once for real (experiment emulated_sweep's layout), interleaved over the rates. Per rate it
-prints the pick's measured samples/s over the best measured option's (goal: within 5 %) and
-Kendall's tau between the predicted and measured step times (goal: 0.8 or more).
+"""The tuner's regret on the emulated cluster: at each rate, task=tune (guard on;
+`--predicted-only`: tune.measure=false) exports up to --count options spread over its
+predicted ranking (tune.export_ranked: guard-passing single-dimension candidates and
+schemes, the baseline and the pick among them); each runs once for real (experiment
+emulated_sweep's layout), interleaved over the rates. Per rate it prints the pick's measured
+samples/s over the best measured option's (goal: within 5 %) and Kendall's tau between the
+predicted and measured step times (goal: 0.8 or more).
 
 Needs root + iproute2 and the in-situ profile of each rate (task=tune measures it when it
 is missing); run it alone:
     .venv/bin/python studies/tune_regret.py --rates 200 40
     .venv/bin/python studies/tune_regret.py --from-runs      # the verdicts of the runs there
+    .venv/bin/python studies/tune_regret.py --rates 200 40 \\
+        --data docs/measurements/data/<date>-tune-regret.runs.jsonl
+    .venv/bin/python studies/tune_regret.py --from-data docs/measurements/data/<...>.jsonl
 
-Runs are kept in results/tables/tune_regret.runs.jsonl (a later call skips the options it
-finds there, so a cut-short study goes on); the table is results/tables/tune_regret.csv.
+Runs are kept in results/tables/tune_regret.runs.jsonl, or the --data file (a later call skips
+the options it finds there, so a cut-short study goes on); each row holds the option, its
+prediction and its run's row (results/rundata.py: every step's time and loss, bytes per
+dimension), so the verdicts are regenerated from the file alone; the table is
+results/tables/tune_regret.csv.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from sweep_points import run_point, tune_point
 from sweep_runs import LAYOUTS, rows_of
 
 from neoxlab.files import REPO_ROOT
+from neoxlab.results import rundata
 
 REPO = Path(__file__).resolve().parents[1]
 RUNS = Path("tables") / "tune_regret.runs.jsonl"
@@ -48,7 +56,7 @@ def options(layout: str, rate: str, count: int, args) -> list[dict]:
     """Tune the point with the ranked export; each option copied to configs/compression under
     a name of its own (git-ignored: tuned_*), with its prediction."""
     pick = tune_point(rate, layout, model=args.model, results=args.results,
-                      extra=(f"tune.export_ranked={count}",))
+                      extra=(f"tune.export_ranked={count}",), measure=not args.predicted_only)
     out = []
     for entry in json.loads((pick.tune_dir / "ranked.json").read_text()):
         name = re.sub(r"[^A-Za-z0-9_]", "_", f"tuned_rank_{layout}_{rate}_{entry['name']}")
@@ -86,12 +94,21 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=5, help="2 warm-up steps + the median's")
     parser.add_argument("--model", default="neox_small")
     parser.add_argument("--results", type=Path, default=REPO / "results")
+    parser.add_argument("--predicted-only", action="store_true",
+                        help="tune with tune.measure=false (no capture, no probes); the "
+                             "default tunes as a user does, guard on")
     parser.add_argument("--from-runs", action="store_true", help="no new runs")
+    parser.add_argument("--data", type=Path, default=None,
+                        help="the runs' data file (default results/tables/tune_regret.runs.jsonl)")
+    parser.add_argument("--from-data", type=Path, default=None,
+                        help="no new runs: the verdicts of a data file")
     args = parser.parse_args()
     args.results = args.results.resolve()
-    store = args.results / RUNS
+    store = args.from_data or args.data or args.results / RUNS
     runs = rows_of(store) if store.exists() else []
-    if not args.from_runs:
+    if args.from_data and not runs:
+        parser.error(f"no runs in {store}")
+    if not (args.from_runs or args.from_data):
         done = {(r["layout"], r["rate_mbit"], r["label"]) for r in runs}
         todo = {rate: [o for o in options(args.layout, rate, args.count, args)
                        if (args.layout, rate, o["label"]) not in done] for rate in args.rates}
@@ -105,7 +122,8 @@ def main() -> int:
                                 steps=args.steps, results=args.results)
                 row = {**option, "run_dir": str(run.run_dir),
                        "samples_per_s": run.metrics["samples_per_s"],
-                       "step_s": run.metrics["step_s"], **run.load}
+                       "step_s": run.metrics["step_s"], **run.load,
+                       "run": rundata.run_row(run.run_dir)}
                 runs.append(row)
                 with store.open("a") as f:
                     f.write(json.dumps(row) + "\n")

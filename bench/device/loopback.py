@@ -10,11 +10,16 @@ from __future__ import annotations
 
 class LoopbackRaw:
     """torch.distributed's raw collectives for rank 0 of n ranks: peer j's slot for rank 0
-    is its slot 0, i.e. this rank's own; received point-to-point payloads are zeros (valid
-    for fixed-rate codecs)."""
+    is its slot 0, i.e. this rank's own. Point to point, every peer sends what this rank
+    sent: recv(src) replays the messages send() recorded, in order, from src's own place
+    in them (so a variable-size codec's size table and payloads arrive valid); before
+    anything was sent, received messages are zeros (valid for fixed-rate codecs)."""
 
     def __init__(self, n: int):
         self.n = n
+        self.sent: list = []  # what send() was given, in order
+        self.cursor: dict[int, int] = {}  # per source: the next message of `sent` it replays
+        self.recording = True
 
     def all_to_all_single(self, out, inp, output_split_sizes=None, input_split_sizes=None,
                           group=None):
@@ -31,7 +36,13 @@ class LoopbackRaw:
         pass
 
     def send(self, tensor, dst, group=None):
-        pass
+        if self.recording:
+            self.sent.append(tensor.clone())
 
     def recv(self, tensor, src, group=None):
-        tensor.zero_()
+        if not self.sent:
+            tensor.zero_()
+            return
+        at = self.cursor.get(src, 0)
+        tensor.copy_(self.sent[at % len(self.sent)][: tensor.numel()])
+        self.cursor[src] = at + 1

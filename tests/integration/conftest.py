@@ -6,6 +6,7 @@ asserts on it (session scope: made once, by the first test that needs it)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -43,6 +44,21 @@ def _slurm_or_skip() -> None:
 @pytest.fixture
 def requires_slurm() -> None:
     _slurm_or_skip()
+
+
+@pytest.fixture(scope="session")
+def neox_dir() -> Path:
+    """The GPT-NeoX checkout (tests/integration/neox_checkout.py: the vendored tarball
+    unpacked once into build/gpt-neox); skips with the reason without one, and fails instead
+    where CI sets NEOXLAB_REQUIRE_NEOX=1 (CI has ../shared/vendor: a skip there hides a break)."""
+    from tests.integration.neox_checkout import checkout
+
+    path, why = checkout()
+    if path is None:
+        if os.environ.get("NEOXLAB_REQUIRE_NEOX") == "1":
+            pytest.fail(f"NEOXLAB_REQUIRE_NEOX=1 but {why}")
+        pytest.skip(why)
+    return path
 
 
 @pytest.fixture(scope="session")

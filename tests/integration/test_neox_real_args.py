@@ -1,9 +1,10 @@
-"""Our neox.yml through a REAL GPT-NeoX checkout's argument classes (optional).
+"""Our neox.yml through a REAL GPT-NeoX checkout's argument classes.
 
-Runs only with NEOXLAB_TEST_NEOX_DIR=/path/to/gpt-neox (e.g. on the cluster's login node,
-in the environment the job uses). GPT-NeoX's NeoXArgs.consume_neox_args decodes exactly the
-argv neoxlab's entry builds and runs its own checks: unknown keys, exact value types, value
-rules and the derived batch size. No GPU is needed for this part of GPT-NeoX.
+Runs against the session's checkout (conftest `neox_dir`; NEOXLAB_TEST_NEOX_DIR points it
+elsewhere, e.g. on the cluster's login node, in the environment the job uses). GPT-NeoX's
+NeoXArgs.consume_neox_args decodes exactly the argv neoxlab's entry builds and runs its own
+checks: unknown keys, exact value types, value rules and the derived batch size. No GPU is
+needed for this part of GPT-NeoX.
 """
 
 from __future__ import annotations
@@ -21,8 +22,14 @@ from neoxlab.commands.plan import plan_run
 from neoxlab.config.compose import compose_experiment
 from neoxlab.engines.neox.entry import train_argv
 
-NEOX_DIR = os.environ.get("NEOXLAB_TEST_NEOX_DIR")
-pytestmark = pytest.mark.skipif(not NEOX_DIR, reason="set NEOXLAB_TEST_NEOX_DIR to a checkout")
+NEOX_DIR = ""  # the session's checkout (conftest neox_dir: NEOXLAB_TEST_NEOX_DIR or vendored)
+
+
+@pytest.fixture(autouse=True)
+def _checkout(neox_dir) -> None:
+    """Every test here runs against the checkout; without one they skip, saying why."""
+    global NEOX_DIR
+    NEOX_DIR = str(neox_dir)
 
 PROBE = """
 import json, sys

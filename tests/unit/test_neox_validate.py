@@ -30,12 +30,22 @@ def test_missing_neox_dir_names_the_fix():
     assert "cluster.neox_dir=/path/to/gpt-neox" in errors[0]
 
 
-def test_neox_on_a_cpu_cluster_is_refused():
-    errors = _errors("engine=neox", "cluster.neox_dir=/x", "data.source=file",
-                     "data.path=/d/x_text_document", "data.vocab_file=/t.json",
-                     experiment="local_3d")
-    assert any("needs CUDA GPUs" in e and "cluster 'local'" in e for e in errors)
-    assert not any("builtin" in e for e in _errors(experiment="local_3d"))
+def test_neox_on_a_cpu_cluster_runs_in_cpu_mode_but_refuses_cuda_kernels(tmp_path):
+    neox = tmp_path / "gpt-neox"
+    (neox / "megatron" / "neox_arguments").mkdir(parents=True)
+    (neox / "train.py").write_text("")
+    cpu = ["engine=neox", f"cluster.neox_dir={neox}"]
+    assert _errors(*cpu, "model.vocab_size=512", experiment="local_3d") == []  # our prefix
+    vocab = _errors(*cpu, experiment="local_3d")  # local_3d's byte vocabulary is 256
+    assert any("model.vocab_size=256" in e and "set model.vocab_size=512" in e for e in vocab)
+    fused = _errors(*cpu, "model.vocab_size=512", "+engine.neox_args.rope_fusion=true",
+                    experiment="local_3d")
+    assert any("rope_fusion=true asks for a CUDA kernel" in e and "device 'cpu'" in e
+               for e in fused)
+    missing = _errors("engine=neox", f"cluster.neox_dir={tmp_path}/none", "model.vocab_size=512",
+                      experiment="local_3d")
+    assert any("does not exist on this machine" in e and "make neox-checkout" in e
+               for e in missing)
 
 
 def test_neox_runs_training_only():

@@ -45,10 +45,28 @@ def test_every_compressed_op_peaks_within_its_bound():
     """bench/device/op_memory.py on CPU: each op, error feedback on, raw (passthrough) and
     fp16 payloads; the resident-set high-water mark of the call against op_scratch_bytes."""
     out = subprocess.run(
-        [sys.executable, "bench/device/op_memory.py", "--mib", "8", "--ranks", "4"],
+        [sys.executable, "bench/device/op_memory.py", "--mib", "8", "--ranks", "4",
+         "--collective-only"],
         capture_output=True, text=True, timeout=600, cwd=REPO_ROOT, check=False,
         env={"PYTHONPATH": str(REPO_ROOT / "src"), "OMP_NUM_THREADS": "1",
              "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stdout + out.stderr[-2000:]
     rows = [line for line in out.stdout.splitlines()[1:] if line.strip()]
     assert len(rows) == 18  # 9 calls x 2 codecs, each measured
+
+
+def test_codec_temporaries_on_the_torch_path_stay_within_the_estimate():
+    """Lassen's path (NEOXLAB_CODEC_KERNELS=torch, the codecs' device paths run on CPU):
+    ZFP, mpc and topk on bf16 input hold their own temporaries beside the collective's
+    buffers; ZFP works in chunks of a bounded size and upcasts a chunk at a time, and the
+    estimate counts the codecs' budget (comm_scratch.codec_scratch_bytes)."""
+    out = subprocess.run(
+        [sys.executable, "bench/device/op_memory.py", "--mib", "4", "--ranks", "4",
+         "--dtype", "bfloat16", "--device-paths", "--ops", "all_reduce", "broadcast",
+         "--specs", "zfp:rate=8,impl=torch", "mpc", "topk"],
+        capture_output=True, text=True, timeout=900, cwd=REPO_ROOT, check=False,
+        env={"PYTHONPATH": str(REPO_ROOT / "src"), "OMP_NUM_THREADS": "1",
+             "PATH": "/usr/bin:/bin", "NEOXLAB_CODEC_KERNELS": "torch"})
+    assert out.returncode == 0, out.stdout + out.stderr[-2000:]
+    rows = [line for line in out.stdout.splitlines()[1:] if line.strip()]
+    assert len(rows) == 9  # (2 all-reduces + broadcast) x 3 codecs, each measured

@@ -113,16 +113,18 @@ def test_quant_kernels_round_ties_to_even_as_torch(spec: str, dtype: torch.dtype
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from neoxlab.compress.triton_kernels import _zfp_blocks  # noqa: E402
+from neoxlab.compress.triton_kernels import _value_index, _zfp_blocks  # noqa: E402
 
 
 @triton.jit
 def _block_probe(out_ptr, first, rows, LANES: tl.constexpr):
     """Stores the ZFP encoder's source indices of program `first`: the encoder's own index
-    arithmetic (_zfp_blocks), for messages too large to allocate here."""
-    b, src = _zfp_blocks(first + tl.program_id(0), rows, LANES)
-    lanes = tl.arange(0, LANES)[:, None] * 16 + tl.arange(0, 16)[None, :]
-    tl.store(out_ptr + lanes, src)
+    arithmetic (_zfp_blocks, _value_index), for messages too large to allocate here."""
+    b, nr = _zfp_blocks(first + tl.program_id(0), rows, LANES)
+    lanes = tl.arange(0, LANES) * 16
+    for y in tl.static_range(4):
+        for x in tl.static_range(4):
+            tl.store(out_ptr + lanes + (y * 4 + x), _value_index(b, nr, y, x))
 
 
 @pytest.mark.parametrize("values", [(1 << 31) + 4096, (3 << 31) + 12345 * 16])

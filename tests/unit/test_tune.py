@@ -268,9 +268,15 @@ class CannedRunner:
         return Run(name, run_dir, wall_s=1.0, records=records(losses, norms))
 
     def train(self, name, extra):
-        return self._run(name, self.noise)
+        raise AssertionError(f"stage (b) started {name} from scratch: every run of it starts "
+                             "from the shared checkpoint")
 
     def from_checkpoint(self, name, checkpoint, extra):
+        assert checkpoint.name == "step2", checkpoint  # tune.warmup_steps=2
+        if name.startswith("noise"):
+            assert "compression.dims.dp.compressor=none" in extra and any(
+                a.startswith("data.seed=") for a in extra), extra
+            return self._run(name, self.noise)
         return self._run(name, self.probes.pop(0))
 
 
@@ -311,8 +317,8 @@ def test_stage_b_rejects_a_silent_failure_and_takes_the_next_finalist(tmp_path):
                                 probes, notes, cost)
     assert chosen is finalists[1]
     assert "constant loss" in verdicts[first.label].reason
-    assert verdicts[second.label].ok and "seed noise" in verdicts[second.label].reason
-    assert runner.started == ["noise_seed1235", "probe1", "probe2"]
+    assert verdicts[second.label].ok and "within the noise" in verdicts[second.label].reason
+    assert runner.started == ["noise_data1235", "probe1", "probe2"]
 
 
 def test_stage_b_rejects_a_zero_grad_norm_probe_and_keeps_the_baseline(tmp_path):
@@ -355,9 +361,10 @@ def test_a_probe_deviating_more_than_seed_noise_allows_is_rejected(tmp_path):
     assert probes[label] == (pytest.approx(0.5), pytest.approx(0.1))
 
 
-def test_probes_over_the_cap_are_not_run(tmp_path):
+def test_without_always_probe_nothing_over_the_cap_runs_and_the_line_says_so(tmp_path,
+                                                                           capsys):
     cfg = dp_only("tune.codecs=[none,int8]", "tune.warmup_steps=2", "tune.probe_steps=4",
-                  "train.steps=10")  # a guarded run of 10 steps pays for no probe
+                  "train.steps=10", "tune.always_probe=false")  # 10 steps pay for no probe
     layout, base, finalists = finalists_of(cfg, 1)
     runner = CannedRunner(tmp_path, NOISE, [])
     baseline = Run("baseline", tmp_path, 10.0, records(LOSSES))
@@ -366,7 +373,27 @@ def test_probes_over_the_cap_are_not_run(tmp_path):
                                 {}, notes, {})
     assert runner.started == []
     assert chosen is finalists[0] and "stage (a) only" in verdicts[chosen.scheme.label].reason
-    assert "probe cap" in notes[0]
+    assert "stage (b) not run: noise run 1" in notes[0] and "over the probe cap" in notes[0]
+    assert "[neoxlab] tune: stage (b) not run" in capsys.readouterr().out
+
+
+def test_by_default_stage_b_runs_over_the_cap_and_says_so(tmp_path, capsys):
+    """The lead's complaint: a default tune skipped stage (b) for its cap without a word."""
+    cfg = dp_only("tune.codecs=[none,int8,fp16]", "tune.warmup_steps=2", "tune.probe_steps=4",
+                  "tune.finalists=2", "train.steps=10")
+    layout, base, finalists = finalists_of(cfg, 2)
+    first = finalists[0].scheme
+    runner = CannedRunner(tmp_path, NOISE, [(LOSSES, [1.0] * 6, comm_of(first))])
+    baseline = Run("baseline", tmp_path, 10.0, records(LOSSES))
+    verdicts, notes = {}, []
+    chosen = tune_task._stage_b(cfg, layout, runner, baseline, base, finalists, verdicts,
+                                {}, notes, {})
+    assert runner.started == ["noise_data1235", "probe1"]  # the second finalist: not run
+    assert chosen is finalists[0] and "within the noise" in verdicts[first.label].reason
+    out = capsys.readouterr().out
+    assert out.count("over the probe cap") == 2 and "run anyway" in out
+    assert "[neoxlab] tune: stage (b): probe 1 done" in out
+    assert any("run anyway" in n for n in notes)
 
 
 # ---- the profile -------------------------------------------------------------------------
@@ -712,3 +739,14 @@ def test_tune_json_has_the_predicted_uplink_bytes_on_the_emulated_cluster_only()
 def test_a_ranked_export_of_one_is_refused():
     assert any("tune.export_ranked=1" in e for e in tune_task.rules(ranked_cfg(1), 2))
     assert not any("export_ranked" in e for e in tune_task.rules(ranked_cfg(2), 2))
+
+
+def test_every_fixed_scheme_is_predicted_even_where_its_codec_is_no_candidate(tmp_path):
+    """The widened fixed set (int8, int4, fp16, bf16 everywhere) is timed and predicted
+    whatever tune.codecs holds, so "best fixed" is the best of all of them."""
+    cfg = local("tune.measure=false", "tune.codecs=[none,int8]", f"launch.results_dir={tmp_path}")
+    layout = resolve_layout(cfg)
+    out = tune_task.tune(cfg, layout, tmp_path, [])
+    assert {"int8", "int4", "fp16", "bf16", "naive"} <= set(out.fixed)
+    not_predicted = {n: p for n, p in out.fixed.items() if isinstance(p, str)}
+    assert not not_predicted, not_predicted

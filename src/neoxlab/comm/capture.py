@@ -8,6 +8,7 @@ handed them over, before any codec touched them. Off unless tune.capture_tensors
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import torch
@@ -36,8 +37,6 @@ class Capture:
             kept.append({"op": op, "tensor": flat.to("cpu", copy=True)})
 
     def save(self, run_dir: Path, rank: int) -> Path:
-        import io
-
         buffer = io.BytesIO()
         torch.save(self.kept, buffer)
         path = run_dir / CAPTURE_DIR / f"rank{rank}.pt"

@@ -35,6 +35,7 @@ def skip_unused_deepspeed_op() -> None:
     fresh machine or venv) that only its inference path uses (inference_all_reduce, which
     then falls back to torch.distributed); training never calls it, so mark it unavailable
     before deepspeed.init_distributed would build it."""
+    # deferred: deepspeed is slow to import; only processes that install a run need it
     import deepspeed.ops  # third-party, here: only processes that install a run import it
 
     deepspeed.ops.__compatible_ops__[SHM_COMM_OP] = False
@@ -102,6 +103,7 @@ def raw_dims_line(cfg: Config) -> str | None:
 def require_compressing_library(switches: dict[str, str]) -> None:
     """Refuse to train when the library loaded here is not MVAPICH or its switches are not
     in the environment: the run would be uncompressed under a compressed label."""
+    # deferred: mpi4py initialises MPI on import
     from mpi4py import MPI
 
     version = MPI.Get_library_version().strip().splitlines()[0]

@@ -60,6 +60,7 @@ def cuda_support() -> CudaSupport:
     host-only). mpi4py loads libmpi privately (RTLD_LOCAL), so the symbol is looked up
     through mpi4py's own extension (its dependencies included), then in every loaded libmpi
     file, not in the global namespace alone."""
+    # deferred: mpi4py initialises MPI on import
     from mpi4py import MPI
 
     library = MPI.Get_library_version().strip().splitlines()[0].strip()
@@ -111,6 +112,7 @@ def announce(support: CudaSupport) -> None:
 
 
 def library_version() -> str:
+    # deferred: mpi4py initialises MPI on import
     from mpi4py import MPI
 
     return MPI.Get_library_version().strip()
@@ -199,6 +201,7 @@ class MpiProcessGroup(dist.ProcessGroup):
     # ---- collectives ----------------------------------------------------------------
     @_counted
     def allreduce(self, tensors: Sequence[torch.Tensor], opts=None):
+        # deferred: mpi4py initialises MPI on import
         from mpi4py import MPI
 
         op, average = _mpi_op(_reduce_op(opts), MPI)
@@ -214,6 +217,7 @@ class MpiProcessGroup(dist.ProcessGroup):
 
     @_counted
     def reduce(self, tensors: Sequence[torch.Tensor], opts=None):
+        # deferred: mpi4py initialises MPI on import
         from mpi4py import MPI
 
         op, average = _mpi_op(_reduce_op(opts), MPI)
@@ -264,6 +268,7 @@ class MpiProcessGroup(dist.ProcessGroup):
 
     @_counted
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts=None):
+        # deferred: mpi4py initialises MPI on import
         from mpi4py import MPI
 
         op, average = _mpi_op(_reduce_op(opts), MPI)
@@ -336,6 +341,7 @@ class MpiProcessGroup(dist.ProcessGroup):
         return _finished(list(tensors))
 
     def shutdown(self) -> None:
+        # deferred: mpi4py initialises MPI on import
         from mpi4py import MPI
 
         if self.comm != MPI.COMM_NULL and not MPI.Is_finalized():
@@ -377,20 +383,20 @@ def _displs(counts: list[int]) -> list[int]:
 
 def _mpi_view(tensor: torch.Tensor):
     """A buffer-protocol object over the tensor's memory that MPI can type: numpy for host
-    dtypes numpy knows, the raw bits for bf16 (only moved, never reduced, here), the CUDA
-    array interface for device tensors (which a tensor that requires grad refuses, hence
-    detached)."""
+    dtypes numpy knows, the CUDA array interface for device tensors (which a tensor that
+    requires grad refuses, hence detached). fp16 and bf16 go as their raw 16-bit integers:
+    here they are only moved, never reduced (reductions travel as fp32, see _buffer), and
+    Spectrum MPI / Open MPI 4 and MVAPICH2 2.3 have no half type that mpi4py could map."""
     tensor = tensor.detach()
-    if tensor.device.type == "cuda":
-        return tensor if tensor.dtype != torch.bfloat16 else tensor.view(torch.int16)
-    if tensor.dtype == torch.bfloat16:
-        return tensor.view(torch.int16).numpy()
-    return tensor.numpy()
+    if tensor.dtype in _HALF:
+        tensor = tensor.view(torch.int16)
+    return tensor if tensor.device.type == "cuda" else tensor.numpy()
 
 
 def create(options, backend_options=None) -> MpiProcessGroup:
     """torch's creator hook (extended API): a communicator over the group's global ranks,
     which are MPI_COMM_WORLD ranks (neoxlab.run.dist exports RANK from MPI)."""
+    # deferred: mpi4py initialises MPI on import
     from mpi4py import MPI
 
     world = MPI.COMM_WORLD

@@ -113,6 +113,7 @@ class CompressionPatch:
         if self.strict:
             self.raw = strict.checked(self.raw)
         try:
+            # deferred: DeepSpeed is optional: patched only where the process has it
             import deepspeed.comm as ds_comm
             from deepspeed.runtime.engine import DeepSpeedEngine
         except ImportError:

@@ -17,9 +17,8 @@ from pathlib import Path
 from neoxlab.commands.check import check, exit_on_config_error
 from neoxlab.commands.status import live_ranks, report
 from neoxlab.config import Config, ConfigError
-from neoxlab.engines.builtin import checkpoints
 from neoxlab.engines.builtin.reporting import metrics_up_to
-from neoxlab.engines.registry import without_checkpoints
+from neoxlab.engines.registry import engine_of, not_resumable
 from neoxlab.launch.manifest import read as read_manifest
 from neoxlab.launch.schedulers import Scheduler, scheduler_of
 from neoxlab.launch.submit import submit_from_login
@@ -42,11 +41,11 @@ def check_resumable(run_dir: Path) -> Config:
         )
     cfg = rundir.load_config(run_dir)
     check(cfg)  # a config.json edited into an invalid one is refused here
-    kind = without_checkpoints(cfg, TASKS[cfg.task.name].trains)
+    kind = not_resumable(cfg, TASKS[cfg.task.name].trains)
     if kind is not None:
         raise ConfigError(
-            f"{run_dir} is {kind}; only builtin "
-            "training runs have checkpoints to resume; start a new run with make run"
+            f"{run_dir} is {kind}; only training runs (builtin or neox) have checkpoints to "
+            "resume; start a new run with make run"
         )
     scheduler = scheduler_of(cfg)
     if scheduler.runs_here:
@@ -95,10 +94,9 @@ def resubmit(cfg: Config, run_dir: Path) -> int:
 
 
 def plan_line(run_dir: Path, cfg: Config) -> str:
-    found = checkpoints.scan(run_dir)
-    good = checkpoints.usable(found)
-    if good:
-        where = f"from the checkpoint after step {good[0].step} of {cfg.train.steps}"
+    step = engine_of(cfg).resume_step(run_dir)
+    if step is not None:
+        where = f"from the checkpoint after step {step} of {cfg.train.steps}"
     else:
         where = f"from step 0 of {cfg.train.steps} (no usable checkpoint)"
     return f"[neoxlab] resuming {run_dir} {where}"

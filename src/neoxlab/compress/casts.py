@@ -28,6 +28,10 @@ class Identity(Compressor):
     def coded_nbytes(self, numel: int, dtype: torch.dtype) -> int:
         return numel * dtype.itemsize
 
+    def fixed_regions(self, dtype: torch.dtype) -> tuple[int, tuple[int, ...]]:
+        """The payload's layout (comm/payload.py): one value after another."""
+        return 1, (dtype.itemsize,)
+
     def _encode(self, flat: torch.Tensor, hdr: Header) -> torch.Tensor:
         return hdr.join(raw_bytes(flat))
 
@@ -49,6 +53,10 @@ class _Cast(Compressor):
         """Fixed payload: the values in the target type. NaN/Inf stay NaN/Inf, and a value
         beyond the target's range becomes +-Inf (never finite)."""
         return numel * self.target.itemsize
+
+    def fixed_regions(self, dtype: torch.dtype) -> tuple[int, tuple[int, ...]]:
+        """The payload's layout (comm/payload.py): one cast value after another."""
+        return 1, (self.target.itemsize,)
 
     def _encode_fixed(self, flat: torch.Tensor, out: torch.Tensor) -> None:
         narrow = dtype_view(out, self.target)

@@ -71,6 +71,11 @@ class Fp8(Compressor):
     def coded_nbytes(self, numel: int, dtype: torch.dtype) -> int:
         return 4 * -(-numel // self.block) + numel
 
+    def fixed_regions(self, dtype: torch.dtype) -> tuple[int, tuple[int, ...]]:
+        """The payload's layout (comm/payload.py): the blocks' fp32 scales, then the blocks'
+        codes (one byte a value), each in block order."""
+        return self.block, (4, self.block)
+
     # -- fixed-size payload --------------------------------------------------------------
     def _encode_fixed(self, flat: torch.Tensor, out: torch.Tensor) -> None:
         """Scales then codes, slice by slice, no host sync."""

@@ -172,6 +172,7 @@ def fused_for(device: torch.device) -> ModuleType | None:
     if importlib.util.find_spec("triton") is None:
         raise RuntimeError("NEOXLAB_CODEC_KERNELS=triton but triton is not importable; "
                            "pip install triton or use NEOXLAB_CODEC_KERNELS=torch")
+    # deferred: importing Triton costs seconds; only where its kernels run
     from neoxlab.compress import triton_kernels
 
     return triton_kernels

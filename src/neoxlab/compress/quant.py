@@ -61,6 +61,11 @@ class _Blockwise(Compressor):
         nblocks = -(-numel // self.block)
         return 4 * nblocks + self._code_nbytes(numel)
 
+    def fixed_regions(self, dtype: torch.dtype) -> tuple[int, tuple[int, ...]]:
+        """The payload's layout (comm/payload.py): the blocks' fp32 scales, then the blocks'
+        codes, each in block order."""
+        return self.block, (4, self._code_nbytes(self.block))
+
     # -- encode ------------------------------------------------------------------------
     def _encode_fixed(self, flat: torch.Tensor, out: torch.Tensor) -> None:
         """Scales then codes, no host sync. A block holding NaN/Inf gets a NaN/Inf scale,

@@ -150,6 +150,11 @@ class Zfp(Compressor):
         _, nblocks, rest = layout(numel)
         return 2 * self.rate * nblocks + rest * dtype.itemsize
 
+    def fixed_regions(self, dtype: torch.dtype) -> tuple[int, tuple[int, ...]]:
+        """The payload's layout (comm/payload.py): blocks of 16 values in input order, 2 *
+        rate bytes each (values past the last whole block: none when numel is a multiple)."""
+        return _BLOCK, (2 * self.rate,)
+
     def _encode_fixed(self, flat: torch.Tensor, out: torch.Tensor) -> None:
         n4, nblocks, rest = layout(flat.numel())
         stream_nbytes = 2 * self.rate * nblocks
@@ -210,6 +215,7 @@ def zfpy_header(n4: int, rate: int) -> bytes:
 
 
 def _zfpy_encode(c: Zfp, vals: torch.Tensor, out: torch.Tensor) -> None:
+    # deferred: zfpy has no wheel on every platform (ppc64le); only the host path needs it
     import zfpy
 
     if vals.device.type != "cpu":
@@ -230,6 +236,7 @@ def _zfpy_encode(c: Zfp, vals: torch.Tensor, out: torch.Tensor) -> None:
 
 
 def _zfpy_decode(c: Zfp, payload: torch.Tensor, out: torch.Tensor) -> None:
+    # deferred: zfpy has no wheel on every platform (ppc64le); only the host path needs it
     import zfpy
 
     if payload.device.type != "cpu":

@@ -42,6 +42,7 @@ def stages() -> dict[str, Callable] | None:
         return None
     if not _STAGES:
         try:
+            # deferred: inductor's builder, only when the compiled coder is first built
             from torch._inductor import cpp_builder
 
             cpp_builder.get_cpp_compiler()  # raises when no C++ compiler is found

@@ -23,7 +23,8 @@ per plane, which covers the longest group-test code (31 bits); ZFP's rule for a 
 by the budget (a cut scan sets the bit it was looking at) is part of the table.
 
 Blocks holding NaN/Inf are written as header 1 + exponent 0 (ZFP never writes exponent
-0) and decode as NaN. Work is done in chunks of ``CHUNK_BLOCKS`` blocks to bound memory.
+0) and decode as NaN. Work is done in chunks of ``CHUNK_BLOCKS`` blocks to bound memory
+(fp16/bf16 input is upcast a chunk at a time too).
 Little-endian byte order is assumed (x86, ARM, CUDA).
 """
 
@@ -34,9 +35,12 @@ import torch
 from neoxlab.compress.bitplanes import transpose_planes
 
 # blocks per chunk of work: on CPU small enough for the temporaries to stay in cache
-# (4096 measured fastest of 1024..65536), on an accelerator large enough to fill it
+# (4096 measured fastest of 1024..65536); on an accelerator as large as the codec scratch
+# budget allows (comm_scratch.CODEC_SCRATCH_BYTES, 128 MiB): a chunk's temporaries peak at
+# about 3.5 KiB a block (encode; decode about a fifth; measured on CPU with these chunks),
+# so 2^15 blocks (512 Ki values) hold ~115 MiB, where 2^18 held ~0.9 GB
 CHUNK_BLOCKS = {"cpu": 1 << 12}
-CHUNK_BLOCKS_DEVICE = 1 << 18
+CHUNK_BLOCKS_DEVICE = 1 << 15
 _EBIAS = 127
 _NB = -0x55555556  # 0xaaaaaaaa as int32
 _INT_MIN = -(1 << 31)
@@ -206,12 +210,11 @@ def _perm(device: torch.device) -> torch.Tensor:
 def encode(vals: torch.Tensor, rate: int, out: torch.Tensor) -> None:
     """ZFP fixed-rate stream of the flat values (numel % 4 == 0, as (n/4, 4)) into the
     uint8 out of 2 * rate bytes per block of 16."""
-    blocks = _blocks(vals)
-    nb = blocks.shape[0]
+    nb = -(-vals.numel() // 16)
     dst = out.view(nb, 2 * rate)
     step = _chunk(vals.device)
     for b0 in range(0, nb, step):
-        chunk = blocks[b0: b0 + step]
+        chunk = _blocks(vals[b0 * 16: (b0 + step) * 16])  # fp16/bf16 upcast a chunk at a time
         dst[b0: b0 + chunk.shape[0]].copy_(_encode_chunk(chunk, rate))
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
+from neoxlab.config.budget_map import error_budget as error_budget_from_map
 from neoxlab.config.emulated import EmulatedConfig
 from neoxlab.config.profile import PerfProfile
 
@@ -321,16 +322,18 @@ class TuneConfig:
     margin: float = 0.20
     margin_source: str = ("local model validation: six layouts within 20 % on an idle machine "
                           "(docs/measurements/2026-11-30-perfmodel-validation.md)")
-    # stage (a): relative error ||x - x'|| / ||x|| a codec may cause on a dimension's tensors
-    error_budget: dict[str, float] = field(default_factory=lambda: {
-        "tp": 0.0203, "pp": 0.0203, "dp": 0.0202, "zero": 0.00394})
-    budget_source: str = ("the loss-vs-rate map (neox_tiny, TP=2 x DP=2, 3 seeds x 150 steps): "
-                          "per dimension the largest proxy error of a codec whose loss deviated "
-                          "no more than naive's codec (ZFP rate 8) there, below every codec's "
-                          "that deviated more (docs/measurements/2026-12-04-loss-rate-map.md); "
-                          "the seed spread as the bar let int4 on DP through and that pick "
-                          "deviated more than naive on neox_small (2026-12-04-tune.md); pp, "
-                          "which the map has no traffic for, takes TP's: an assumption")
+    # stage (a): relative error ||x - x'|| / ||x|| a codec may cause on a dimension's tensors,
+    # computed from the loss-vs-rate map's data file (config/budget_map.py); an override
+    # tune.error_budget.<dim>=x replaces one dimension's
+    error_budget: dict[str, float] = field(default_factory=error_budget_from_map)
+    budget_source: str = ("the loss-vs-rate map (neox_tiny, TP=2 x DP=2, 3 seeds x 150 steps; "
+                          "docs/measurements/data/2026-12-04-loss-rate-map.rate_map.csv, "
+                          "config/budget_map.py): per dimension the largest proxy error of a "
+                          "codec whose loss deviated no more than naive's codec (ZFP rate 8) "
+                          "there, below every codec's that deviated more; the seed spread as "
+                          "the bar let int4 on DP through and that pick deviated more than "
+                          "naive on neox_small (2026-12-04-tune.md); pp, which the map has no "
+                          "traffic for, takes TP's: an assumption")
     # naive's codec: a dimension's budget is at least its error on the same tensors (guard.
     # budgets: the map's budgets are neox_tiny's; naive's codec errs more on other models'
     # parameters and stays harmless); "": the map's budgets alone
@@ -340,14 +343,21 @@ class TuneConfig:
     capture_max_numel: int = 1 << 18  # a captured tensor's first elements kept
     warmup_steps: int = 4  # the shared checkpoint's step (the capture run's length)
     probe_steps: int = 8  # steps each probe trains after the shared checkpoint
-    noise_seeds: int = 1  # baselines with other train.seed values, from scratch: seed noise
-    noise_factor: float = 0.5  # a probe fails when it deviates > this x the seed noise
+    # noise runs: the baseline's shared checkpoint trained on uncompressed with other data
+    # orders (data.seed + 1, + 2, ...) over the probes' steps: the spread a probe can show
+    noise_seeds: int = 1
+    noise_factor: float = 0.5  # a probe fails when it deviates > this x the noise gap
     probe_share: float = 0.10  # the probes' cost cap, as a share of the guarded run
+    # the first noise run and the first probe run even over the cap (stage (b) always runs
+    # when tune.measure=true; a line says so); false: what does not fit is not run
+    always_probe: bool = True
     top_per_dim: int = 2  # candidates per dimension combined into schemes
     finalists: int = 3  # schemes probed at most
-    # fixed schemes (configs/compression/<name>.yaml) predicted beside the pick
+    # fixed schemes (configs/compression/<name>.yaml) predicted beside the pick: the paper's
+    # and one per codec family the tuner may pick, on every dimension
     compare: list[str] = field(default_factory=lambda: ["none", "naive", "zhybrid",
-                                                        "mzhybrid"])
+                                                        "mzhybrid", "int8", "int4", "fp16",
+                                                        "bf16", "fp8"])
     config_dir: str = "configs/compression"  # where the chosen scheme's YAML goes (repo-relative)
     run_timeout_s: int = 1800  # one capture or probe run
     # > 0: up to this many guard-passing schemes, spread over the predicted ranking (the

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from neoxlab.config import Config
+from neoxlab.engines.builtin import checkpoints
 from neoxlab.engines.builtin import launch as builtin_launch
 from neoxlab.engines.builtin.deepspeed_config import render as render_deepspeed
 from neoxlab.engines.builtin.deepspeed_config import wire_dtypes as deepspeed_wire_dtypes
@@ -22,7 +23,8 @@ from neoxlab.engines.neox import launch as neox_launch
 from neoxlab.engines.neox.metrics import collect_metrics
 from neoxlab.engines.neox.render import wire_dtypes as neox_wire_dtypes
 from neoxlab.engines.neox.render import write_neox_yml
-from neoxlab.engines.neox.rules import check_neox_inputs, validate_neox
+from neoxlab.engines.neox.rules import check_local_checkout, check_neox_inputs, validate_neox
+from neoxlab.engines.neox.stop import resume_step as neox_resume_step
 from neoxlab.layout import Layout
 from neoxlab.registry import Registry
 from neoxlab.run import rundir
@@ -53,6 +55,9 @@ class Engine:
     rechecks_compression: bool = False
     # GPT-NeoX's parallel residual reduces attention and MLP in one TP all-reduce per layer
     fused_parallel_residual: bool = False
+    # the step a resumed run would continue after (its newest usable checkpoint in the run
+    # dir, None: none yet); None here: its runs cannot be resumed (`make resume`)
+    resume_step: Callable[[Path], int | None] | None = None
     # the dtype each dimension's payloads travel in (tp, pp, dp, zero -> fp32 | fp16 | bf16),
     # from the engine's files as rendered (the performance model's bytes and codec ratios)
     wire_dtypes: Callable[[Config], dict[str, str]] = deepspeed_wire_dtypes
@@ -70,15 +75,21 @@ def _neox_command(cfg: Config, run_dir: Path, python: str, task_module: str) -> 
     return neox_launch.rank_command(cfg, run_dir, python)  # its entry runs train.py itself
 
 
+def _builtin_resume_step(run_dir: Path) -> int | None:
+    good = checkpoints.usable(checkpoints.scan(run_dir))
+    return good[0].step if good else None
+
+
 ENGINES: Registry[Engine] = Registry("engine.name", "neoxlab/engines/registry.py", {
     "builtin": Engine(rules=_builtin_rules, files=_deepspeed_json,
                       rank_command=builtin_launch.rank_command, rank_env=builtin_launch.rank_env,
                       forkable=True, checkpoints=True, routes_groups=True, reduces_to_owners=True,
                       rechecks_compression=True, data_rules=validate_data,
-                      wire_dtypes=deepspeed_wire_dtypes),
+                      resume_step=_builtin_resume_step, wire_dtypes=deepspeed_wire_dtypes),
     "neox": Engine(rules=validate_neox, files=write_neox_yml, rank_command=_neox_command,
                    rank_env=neox_launch.rank_env, submit_checks=check_neox_inputs,
-                   after_job=collect_metrics, steps_in_logs=True, fused_parallel_residual=True,
+                   data_rules=check_local_checkout, after_job=collect_metrics,
+                   steps_in_logs=True, fused_parallel_residual=True, resume_step=neox_resume_step,
                    wire_dtypes=neox_wire_dtypes),
 })
 
@@ -95,6 +106,16 @@ def without_checkpoints(cfg: Config, trains: bool) -> str | None:
     if not trains:
         return f"a task={cfg.task.name} run"
     if not engine_of(cfg).checkpoints:
+        return f"an engine={cfg.engine.name} run"
+    return None
+
+
+def not_resumable(cfg: Config, trains: bool) -> str | None:
+    """What kind of run it is when `make resume` cannot continue it (no checkpoints its
+    engine would load); None when it can. `trains`: the run's task record says it trains."""
+    if not trains:
+        return f"a task={cfg.task.name} run"
+    if engine_of(cfg).resume_step is None:
         return f"an engine={cfg.engine.name} run"
     return None
 

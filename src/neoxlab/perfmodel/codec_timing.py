@@ -9,6 +9,8 @@ from __future__ import annotations
 import statistics
 import time
 
+import torch
+
 from neoxlab.compress import make_compressor
 from neoxlab.config.profile import CodecProfile
 from neoxlab.perfmodel.stretch import this_thread
@@ -18,8 +20,6 @@ def measure_codec(spec: str, small: int = 4096, large: int = 1 << 20, repeats: i
                   ) -> tuple[CodecProfile, dict]:
     """Throughput from the large message, per-call cost from the small one (fp32 values),
     scaled to a core of its own by this thread's stretch while timing."""
-    import torch
-
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     codec = make_compressor(spec)
@@ -54,8 +54,6 @@ def _median_time(fn, repeats: int) -> float:
 
 def _time_codec(codec, nbytes: int, repeats: int) -> tuple[float, float, float]:
     """(encode s, decode s, ratio) of gradient-like fp32 values (seeded)."""
-    import torch
-
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(nbytes // 4, generator=gen) * 1e-3
     buf = codec.encode(x)

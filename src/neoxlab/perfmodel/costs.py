@@ -14,7 +14,7 @@ reduce-scatter of the part (the ring's rate, B) and a gather of its pieces to th
 link the n - 1 senders keep full, as nothing waits on a ring step (B_full:
 LinkProfile.full_gbs).
 
-Compressed (src/neoxlab/comm/collectives.py): every payload is M / ratio and is preceded
+Compressed (src/neoxlab/comm/collectives/): every payload is M / ratio and is preceded
 by an exchange of sizes (one more latency term per phase); the all-reduce is an all-to-all
 of compressed chunks, a local sum and a compressed all-gather (for n <= 2 an all-gather of
 the whole compressed tensor), so it encodes M (1 + 1/n) and decodes 2M (all-gather

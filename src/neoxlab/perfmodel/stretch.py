@@ -24,6 +24,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 
 def schedstat(path: Path) -> tuple[int, int] | None:
     """(run ns, wait ns) of one task; None when it is gone or /proc has no schedstat."""
@@ -90,8 +92,6 @@ class Sampler:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _pids(self) -> list[int]:
-        import psutil
-
         found = []
         for child in psutil.Process().children(recursive=True):
             try:

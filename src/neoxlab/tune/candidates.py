@@ -92,10 +92,18 @@ class Scheme:
         return ", ".join(shown) or "none"
 
 
+# Harsh candidates, offered beside the registry's so the guard has something to reject:
+# ZFP rate 2 (harmful on every dimension of the loss-vs-rate map) and top-k at 1 % (drops 99 %
+# of a message). Kept here, apart from the codecs' own tune_specs (issue 54).
+HARSH = ("zfp:rate=2", "topk:ratio=0.01")
+
+
 def tune_codecs(cfg: Config) -> list[str]:
-    """The specs the tuner tries: tune.codecs, or every registered codec's candidates when
-    it names none (a new codec is tried without a config change)."""
-    return list(cfg.tune.codecs) or tune_candidates()
+    """The specs the tuner tries: tune.codecs, or every registered codec's candidates and the
+    harsh ones when it names none (a new codec is tried without a config change)."""
+    if cfg.tune.codecs:
+        return list(cfg.tune.codecs)
+    return list(dict.fromkeys([*tune_candidates(), *HARSH]))
 
 
 def active_dims(cfg: Config, layout: Layout) -> dict[str, str | None]:

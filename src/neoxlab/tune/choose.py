@@ -26,7 +26,7 @@ from omegaconf import OmegaConf
 from neoxlab.config import CompressionConfig, Config, ConfigError
 from neoxlab.config.compose import CONFIG_DIR
 from neoxlab.config.profile import PerfProfile
-from neoxlab.perfmodel.predict import Prediction, predict
+from neoxlab.perfmodel.predict import Prediction, predict, spec_key
 from neoxlab.tune.candidates import Candidate, Scheme, apply, scheme_errors
 
 COMM = ("tp", "pp", "dp", "zero")
@@ -129,6 +129,21 @@ def combine(cfg: Config, scored: list[Scored], passes: Callable[[Candidate], boo
             cfg, scheme, profile, origin, base.prediction, cfg.tune.margin)
     return sorted((s for s in out.values() if s.prediction is not None),
                   key=lambda s: s.step_s)
+
+
+def fixed_specs(names: list[str]) -> list[str]:
+    """The codec specs the fixed schemes of configs/compression/ use, so that the in-situ
+    profile times them too (a fixed int4 is predicted even where int4 is no candidate)."""
+    out: list[str] = []
+    for name in names:
+        try:
+            dims = OmegaConf.to_container(OmegaConf.load(
+                CONFIG_DIR / "compression" / f"{name}.yaml")).get("dims") or {}
+        except (OSError, ValueError):
+            continue  # predict_fixed reports it
+        out += [spec_key(d["compressor"], d.get("params") or {}) for d in dims.values()
+                if d.get("compressor", "none") != "none"]
+    return list(dict.fromkeys(out))
 
 
 def predict_fixed(cfg: Config, names: list[str], profile: PerfProfile, origin: str

@@ -4,9 +4,9 @@
   against the dimension's error budget (the map's, or naive's codec's error on the same
   messages where that is larger: budgets()); lossless codecs pass.
 - Stage (b), per probed scheme: its loss, step by step after the shared checkpoint, against
-  the baseline of the same seed from the same checkpoint. The threshold is learnt from seed
-  noise: noise_factor x the mean per-step gap between the baseline and baselines of other
-  seeds over the same steps.
+  the baseline of the same seed from the same checkpoint. The threshold is learnt from
+  noise: noise_factor x the mean per-step gap between the baseline and uncompressed runs
+  from the same checkpoint on other data orders, over the same steps.
 - Silent failure, per run: a loss that is not finite or never moves, a gradient norm that is
   zero or not finite, a dimension meant to be compressed whose bytes on the wire
   (comm.jsonl) did not shrink or a dimension meant to be raw that was compressed, and on
@@ -102,7 +102,7 @@ def deviation(losses: dict[int, float], reference: dict[int, float], steps: list
 
 def noise_threshold(baseline: dict[int, float], others: list[dict[int, float]],
                     steps: list[int], factor: float) -> float:
-    """factor x the largest mean per-step gap between the baseline and another seed's."""
+    """factor x the largest mean per-step gap between the baseline and a noise run's."""
     gaps = [deviation(o, baseline, steps) for o in others]
     gaps = [g for g in gaps if math.isfinite(g)]
     if not gaps:
@@ -115,13 +115,14 @@ def probe_verdict(losses: dict[int, float], baseline: dict[int, float], steps: l
     """A probe against the same-seed baseline over the probe's steps."""
     d = deviation(losses, baseline, steps)
     if not math.isfinite(threshold):
-        return Verdict(False, "no seed noise measured to set the threshold"), d
+        return Verdict(False, "no noise run measured to set the threshold"), d
     if not math.isfinite(d):
         return Verdict(False, "no step in common with the baseline"), d
     if d > threshold:
         return Verdict(False, f"deviates {d:.3g} from the same-seed baseline > threshold "
-                              f"{threshold:.3g} (seed noise)"), d
-    return Verdict(True, f"deviates {d:.3g} <= threshold {threshold:.3g} (seed noise)"), d
+                              f"{threshold:.3g} (noise from the checkpoint)"), d
+    return Verdict(True, f"deviates {d:.3g} <= threshold {threshold:.3g}, within the noise "
+                         "from the checkpoint"), d
 
 
 def wire_problems(totals: dict[str, dict], meant: dict[str, bool]) -> list[str]:

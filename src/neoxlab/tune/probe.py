@@ -5,7 +5,8 @@ inside the tune run dir (runs/<name>/), so a tune run keeps everything it measur
 - the baseline run: uncompressed, warmup + probe steps, a checkpoint after the warm-up
   (the shared checkpoint), the first messages of every dimension captured (stage a); its
   steps after the checkpoint are the same-seed baseline of every probe;
-- noise runs: the baseline with other train.seed values, from scratch (seed noise);
+- noise runs: uncompressed from the shared checkpoint with other data orders (data.seed),
+  as many steps as a probe: the loss spread a probe can show without compression;
 - probes: a scheme from the shared checkpoint (planned with launch.submit=false, the
   checkpoint linked in, then `python -m neoxlab resume`), as many steps as the baseline has
   after it. Every run has the same train.steps, so the learning-rate schedule is the same.

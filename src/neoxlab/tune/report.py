@@ -177,8 +177,13 @@ def summary(out: Outcome) -> str:
              "samples/s)",
              f"Profile: {out.profile_origin}", f"Proxy tensors: {out.proxy_source}"]
     if out.fixed:
+        found = gains(out)
         lines.append("Predicted gain over the fixed schemes: " + ", ".join(
-            f"{name} {g:+.1f} %" for name, g in gains(out).items()))
+            f"{name} {g:+.1f} %" for name, g in found.items()))
+        if found:  # the best fixed scheme is the best of all compared, whatever its codec
+            best = min(found, key=found.get)
+            lines.append(f"Best fixed scheme (of {len(found)}): {best}, predicted gain over it "
+                         f"{found[best]:+.1f} %")
     lines += [f"Note: {n}" for n in out.notes]
     return "\n".join(lines)
 

@@ -33,7 +33,7 @@ from neoxlab.tune.candidates import (
     tune_codecs,
     without_scheme,
 )
-from neoxlab.tune.choose import Scored, combine, predict_fixed, score_candidates
+from neoxlab.tune.choose import Scored, combine, fixed_specs, predict_fixed, score_candidates
 from neoxlab.tune.guard import Verdict
 from neoxlab.tune.probe import Budget, Run, Runner, estimate_s
 from neoxlab.tune.ranked import export_ranked, uplink_bytes
@@ -138,6 +138,11 @@ def summary(cfg: Config, out: Outcome, config: Path, ranked: int) -> dict:
         "baseline_uplink_payload_bytes_per_step": uplink_bytes(cfg, out.base.scheme,
                                                                out.profile),
         "ranked": ranked,  # schemes in <run_dir>/ranked.json (tune.export_ranked)
+        # stage (b)'s probes in the order run (runs/probe<k>): deviation, threshold, verdict
+        "probes": [{"run": f"probe{k}", "label": label, "deviation": dev, "threshold": thr,
+                    "ok": out.scheme_verdicts[label].ok,
+                    "reason": out.scheme_verdicts[label].reason}
+                   for k, (label, (dev, thr)) in enumerate(out.probes.items(), start=1)],
     }
 
 
@@ -153,21 +158,33 @@ def tune(cfg: Config, layout: Layout, run_dir: Path, user: list[str]) -> Outcome
     clock = time.perf_counter()
     measure = t.measure
     runner = Runner(cfg.experiment, user, run_dir, t.run_timeout_s)
-    found = insitu.resolve(cfg, measure=measure or insitu.runs_here(cfg),
-                           specs=tune_codecs(cfg))
+    codecs = tune_codecs(cfg)
+    say(f"profile: {'measured here (codecs timed unless cached)' if measure else 'predicted only'}"
+        f"; {len(codecs)} codecs"
+        + ("; emulated links fitted from omb runs inside the emulated cluster unless cached "
+           "(minutes)" if cfg.cluster.emulated is not None else ""))
+    timed = [*codecs, *fixed_specs(t.compare)]
+    found = insitu.resolve(cfg, measure=measure or insitu.runs_here(cfg), specs=timed)
     if insitu.needs_intra_check(cfg, layout, found):
-        found = _intra_check(cfg, layout, runner, found)
+        say(f"profile: intra-node link check, {insitu.INTRA_CHECK_STEPS} uncompressed steps")
+        found = _intra_check(cfg, layout, runner, found, timed)
     insitu.write_into(run_dir, found)
     cost["profile"], clock = _lap(clock)
     candidates, excluded = enumerate_candidates(cfg, layout)
     base, scored = score_candidates(cfg, candidates, found.profile, found.origin)
     fixed = predict_fixed(cfg, t.compare, found.profile, found.origin)
     cost["predict"], clock = _lap(clock)
+    say(f"profile {cost['profile']:.0f} s ({found.origin}); predicted {len(scored)} candidates "
+        f"({len(excluded)} left out); uncompressed step {base.step_s:.3g} s")
 
     baseline: Run | None = None
     if measure:  # stage (a): the baseline run captures every dimension's first messages
+        say(f"stage (a): baseline run, {t.warmup_steps + t.probe_steps} uncompressed steps, "
+            f"capture and the shared checkpoint at step {t.warmup_steps}")
         baseline = runner.train("baseline", _baseline_args(cfg))
         cost["baseline_run"], clock = _lap(clock)
+        say(f"stage (a): baseline run done in {baseline.wall_s:.0f} s (median step "
+            f"{baseline.step_s:.3g} s)")
         problems = _run_problems(cfg, layout, baseline, Scheme("none"))
         if baseline.error or problems:
             why = "; ".join([baseline.error, *problems] if baseline.error else problems)
@@ -189,10 +206,16 @@ def tune(cfg: Config, layout: Layout, run_dir: Path, user: list[str]) -> Outcome
               f"{reference} errs that much on these tensors" for d in sorted(limits)
               if d in t.error_budget and limits[d] > t.error_budget[d]]
     cost["proxy"], clock = _lap(clock)
+    passed = sum(v.ok for v in verdicts.values())
+    say(f"stage (a): {passed} of {len(verdicts)} (dimension, codec) options within the budgets "
+        + ", ".join(f"{d} {limits[d]:.3g}" for d in sorted(limits) if d in
+                    {c.dim for c in candidates}))
 
     schemes = combine(cfg, scored, lambda c: verdicts[(c.dim, c.codec)].ok, found.profile,
                       found.origin, base)
     finalists = [s for s in schemes if s.scheme.parts and s.clears_margin][:t.finalists]
+    say(f"schemes: {len(schemes)} predicted, {len(finalists)} finalist(s)"
+        + "".join(f"; {s.scheme.label} ({s.step_s:.3g} s)" for s in finalists))
     scheme_verdicts: dict[str, Verdict] = {}
     probes: dict[str, tuple[float, float]] = {}
     chosen = base
@@ -205,13 +228,14 @@ def tune(cfg: Config, layout: Layout, run_dir: Path, user: list[str]) -> Outcome
             True, "stage (a) only: predicted-only tune (tune.measure=false), no probe run")
     if chosen is base:
         notes.append("no scheme clears the margin and the guard: the baseline stays")
+    say(f"chosen: {chosen.scheme.label}")
     return Outcome(cfg.experiment, base, scored, excluded, errors, verdicts, source, schemes,
                    scheme_verdicts, probes, chosen, cost, fixed, notes, found.origin,
                    found.profile, limits)
 
 
-def _intra_check(cfg: Config, layout: Layout, runner: Runner, found: insitu.InSitu
-                 ) -> insitu.InSitu:
+def _intra_check(cfg: Config, layout: Layout, runner: Runner, found: insitu.InSitu,
+                 timed: list[str]) -> insitu.InSitu:
     """A short uncompressed run of the experiment, whose seconds in its collectives inside a
     node scale the profile's intra-node link (recorded in the profile's cache)."""
     run = runner.train("intra_link", [*overrides(cfg, Scheme("none")),
@@ -219,7 +243,7 @@ def _intra_check(cfg: Config, layout: Layout, runner: Runner, found: insitu.InSi
     if run.error or run.run_dir is None:
         raise RuntimeError(f"the tuner's intra-node link run failed: {run.error or 'no run dir'}")
     insitu.record_intra_check(cfg, layout, found, run.run_dir)
-    return insitu.resolve(cfg, measure=True, specs=tune_codecs(cfg))
+    return insitu.resolve(cfg, measure=True, specs=timed)
 
 
 def _lap(clock: float) -> tuple[float, float]:
@@ -243,41 +267,68 @@ def _stage_b(cfg: Config, layout: Layout, runner: Runner, baseline: Run, base: S
              finalists: list[Scored], verdicts: dict[str, Verdict],
              probes: dict[str, tuple[float, float]], notes: list[str], cost: dict
              ) -> Scored:
-    """Noise runs, then the finalists fastest first, within the cap; the first that passes."""
+    """Noise runs, then the finalists fastest first, within the cap; the first that passes.
+
+    Noise runs and probes all start from the baseline's shared checkpoint and train the
+    same steps: a noise run uncompressed with another data order (data.seed), a probe with
+    its scheme on the baseline's data. So the threshold is the loss spread a probe could
+    show without compression, not the spread of another initialisation. With
+    tune.always_probe the first noise run and the first finalist's probe run even over the
+    cap (said in a line and the notes); otherwise stage (b) may not run at all, also said."""
     t = cfg.tune
     steps = t.warmup_steps + t.probe_steps
     window = list(range(t.warmup_steps + 1, steps + 1))
     ratio = {s.scheme.label: s.step_s / base.step_s for s in finalists}
     guarded = cfg.train.steps * baseline.step_s * ratio[finalists[0].scheme.label]
     budget = Budget(t.probe_share * guarded)
+    cap = (f"probe cap {budget.cap_s:.0f} s = {t.probe_share:.0%} of the guarded run's "
+           f"{guarded:.0f} s (train.steps={cfg.train.steps}, estimated)")
+    say(f"stage (b): {cap}; {t.noise_seeds} noise run(s) and up to {len(finalists)} "
+        f"probe(s) of {t.probe_steps} steps from the shared checkpoint (step "
+        f"{t.warmup_steps})")
+    checkpoint = baseline.run_dir / "checkpoints" / f"step{t.warmup_steps}"
+    over: list[str] = []
     noise_runs = []
     for i in range(1, t.noise_seeds + 1):
-        if not budget.fits(estimate_s(baseline, steps, 1.0)):
+        if not _fits(budget, estimate_s(baseline, t.probe_steps, 1.0),
+                     t.always_probe and i == 1, f"noise run {i}", over):
             break
-        run = runner.train(f"noise_seed{cfg.train.seed + i}",
-                           [*overrides(cfg, Scheme("none")), f"train.steps={steps}",
-                            f"train.seed={cfg.train.seed + i}"])
+        seed = cfg.data.seed + i
+        say(f"stage (b): noise run {i}/{t.noise_seeds}: uncompressed, data.seed={seed}")
+        run = runner.from_checkpoint(f"noise_data{seed}", checkpoint,
+                                     [*overrides(cfg, Scheme("none")), f"train.steps={steps}",
+                                      f"data.seed={seed}"])
         budget.spend(run.wall_s)
-        if not run.error and not guard.sanity(run.records):
+        problems = [run.error] if run.error else guard.sanity(run.records)
+        gap = guard.deviation(run.losses, baseline.losses, window)
+        say(f"stage (b): noise run {i} done in {run.wall_s:.0f} s: "
+            + (f"failed ({'; '.join(problems)}), not used" if problems else
+               f"mean gap {gap:.3g} to the baseline over steps {window[0]}-{window[-1]}"))
+        if not problems:
             noise_runs.append(run)
     cost["noise_runs"] = budget.spent_s
     threshold = guard.noise_threshold(baseline.losses, [r.losses for r in noise_runs], window,
                                       t.noise_factor)
     if not noise_runs:
-        notes.append(f"stage (b) not run: a noise run does not fit the probe cap "
-                     f"({budget.cap_s:.0f} s = {t.probe_share:.0%} of the guarded run's "
-                     f"{guarded:.0f} s); chosen on stage (a) alone")
+        why = (f"stage (b) not run: {over[0]}" if over else
+               "stage (b) not run: no noise run finished")
+        notes.append(f"{why}; chosen on stage (a) alone")
+        say(f"{why}; chosen on stage (a) alone")
         chosen = finalists[0]
-        verdicts[chosen.scheme.label] = Verdict(True, "stage (a) only: probes over the cap")
+        verdicts[chosen.scheme.label] = Verdict(True, f"stage (a) only: {why}")
         return chosen
-    checkpoint = baseline.run_dir / "checkpoints" / f"step{t.warmup_steps}"
+    say(f"stage (b): threshold {threshold:.3g} = tune.noise_factor {t.noise_factor} x the "
+        "largest noise gap")
     chosen = base
-    for s in finalists:
+    for k, s in enumerate(finalists):
         label = s.scheme.label
-        if not budget.fits(estimate_s(baseline, t.probe_steps, ratio[label])):
+        if not _fits(budget, estimate_s(baseline, t.probe_steps, ratio[label]),
+                     t.always_probe and not probes, f"probe of {label}", over):
             verdicts[label] = Verdict(False, f"not probed: over the cap ({budget.cap_s:.0f} s)")
             continue
         name = f"probe{len(probes) + 1}"
+        say(f"stage (b): probe {k + 1}/{len(finalists)}: {label} (predicted step "
+            f"{s.step_s:.3g} s against {base.step_s:.3g} s uncompressed)")
         run = runner.from_checkpoint(name, checkpoint, [*overrides(cfg, s.scheme),
                                                         f"train.steps={steps}"])
         budget.spend(run.wall_s)
@@ -288,14 +339,36 @@ def _stage_b(cfg: Config, layout: Layout, runner: Runner, baseline: Run, base: S
         if problems:
             verdict = Verdict(False, "silent failure: " + "; ".join(problems))
         verdicts[label] = verdict
+        say(f"stage (b): probe {k + 1} done in {run.wall_s:.0f} s: "
+            f"{'pass' if verdict.ok else 'REJECTED'}: {verdict.reason}")
         if verdict.ok:
             chosen = s
             break
     cost["probes"] = budget.spent_s - cost["noise_runs"]
-    notes.append(f"probe cap {budget.cap_s:.0f} s ({t.probe_share:.0%} of the guarded run's "
-                 f"{guarded:.0f} s, estimated); noise runs and probes spent "
-                 f"{budget.spent_s:.0f} s")
+    notes.append(f"{cap}; noise runs and probes spent {budget.spent_s:.0f} s")
+    notes += over
     return chosen
+
+
+def _fits(budget: Budget, estimate: float, anyway: bool, what: str, over: list[str]) -> bool:
+    """Whether a run fits the cap; one that does not but runs anyway (tune.always_probe) or
+    is left out is said in a line and kept for the notes."""
+    if budget.fits(estimate):
+        return True
+    left = max(budget.cap_s - budget.spent_s, 0.0)
+    line = (f"{what} (about {estimate:.0f} s) is over the probe cap ({left:.0f} of "
+            f"{budget.cap_s:.0f} s left)")
+    line += ("; run anyway (tune.always_probe: stage (b) runs at least one noise run and one "
+             "probe)" if anyway else "; not run (raise tune.probe_share or train.steps)")
+    over.append(line)
+    say(f"stage (b): {line}")
+    return anyway
+
+
+def say(text: str) -> None:
+    """One progress line of the tuner (the project's plain-line convention, run/progress.py:
+    `[neoxlab] <what>: ...`), so a tune of many minutes shows each stage and run."""
+    print(f"[neoxlab] tune: {text}", flush=True)
 
 
 def _run_problems(cfg: Config, layout: Layout, run: Run, scheme: Scheme) -> list[str]:

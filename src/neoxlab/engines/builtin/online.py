@@ -8,6 +8,10 @@ same scheme. Rank 0 appends each re-check to the run dir's tune_online.jsonl.
 Each rank's seconds are its own; the mean over the ranks that carried a dimension is set
 against the model, which prices one rank's step. On CUDA the per-step split folds in only
 the timed calls completed by then (no sync each step); the re-check step waits for all.
+
+The re-check's tensors live on the world group's device: an NCCL world serves CUDA tensors
+only. If rank 0's decision fails (say, tune_online.jsonl cannot be written), it still
+broadcasts, a failure mark, so that every rank raises instead of waiting in the broadcast.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from pathlib import Path
 from typing import Protocol
 
 import torch
+import torch.distributed as dist  # only where a world group exists
 
 from neoxlab.comm.online import PLAN_FILE, RECORD_FILE, DimTable, Measured, Recheck
 from neoxlab.comm.patch import CompressionPatch
@@ -25,11 +30,24 @@ from neoxlab.comm.policy import DimPolicy
 from neoxlab.compress import make_compressor
 
 FIELDS = ("comm_s", "codec_s", "bytes_out", "ranks")  # per dimension, summed over ranks
+FAILED = -2  # the choice's status slot when rank 0's decision raised
+
+
+class RecheckFailed(RuntimeError):
+    """Rank 0's re-check raised; the other ranks learn it from the broadcast."""
 
 
 class Collectives(Protocol):
+    device: torch.device  # the device of the tensors the group serves
+
     def all_reduce(self, tensor: torch.Tensor) -> None: ...
     def broadcast(self, tensor: torch.Tensor, src: int) -> None: ...
+
+
+def group_device(backend: str) -> torch.device:
+    """The device a world group of this backend serves: CUDA (the current device) for NCCL,
+    which refuses host tensors; the host otherwise."""
+    return torch.device("cuda") if "nccl" in backend.lower() else torch.device("cpu")
 
 
 class RawCollectives:
@@ -38,6 +56,7 @@ class RawCollectives:
 
     def __init__(self, patch: CompressionPatch):
         self.raw = patch.raw
+        self.device = group_device(str(dist.get_backend()))
 
     def all_reduce(self, tensor: torch.Tensor) -> None:
         self.raw.all_reduce(tensor)
@@ -70,6 +89,7 @@ class OnlineRecheck:
         self.tables = {d: DimTable.from_dict(t) for d, t in plan["dims"].items()}
         self.dims = sorted(self.tables)
         self.comm = collectives or RawCollectives(patch)
+        self.device = self.comm.device
         self.log = log
         self.state = Recheck(self.tables, plan["margin"], plan["start"], plan["reference"])
         self.current = dict(plan["start"])
@@ -100,21 +120,38 @@ class OnlineRecheck:
         self.last = now
         if step % self.every or not self.steps:
             return {}
-        local = torch.zeros(len(self.dims), len(FIELDS), dtype=torch.float64)
-        for i, dim in enumerate(self.dims):
+        rows = []
+        for dim in self.dims:
             per_step = [s.get(dim, (0.0, 0.0, 0.0)) for s in self.steps]
             medians = [statistics.median(column) for column in zip(*per_step, strict=True)]
-            local[i] = torch.tensor([*medians, 1.0 if medians[0] > 0 else 0.0],
-                                    dtype=torch.float64)
+            rows.append([*medians, 1.0 if medians[0] > 0 else 0.0])
+        local = torch.tensor(rows, dtype=torch.float64, device=self.device).view(
+            len(self.dims), len(FIELDS))
         window, self.steps = len(self.steps), []
         self.comm.all_reduce(local)
-        choice = torch.full((len(self.dims),), -1, dtype=torch.int64)
+        # the options' indices, then a status slot (FAILED: rank 0's decision raised)
+        choice = torch.full((len(self.dims) + 1,), -1, dtype=torch.int64, device=self.device)
+        failure: BaseException | None = None
         if self.rank == 0:
-            choice = self._decide(step, window, local)
+            try:
+                choice[:-1] = torch.tensor(self._decide(step, window, local.cpu()),
+                                           dtype=torch.int64, device=self.device)
+                choice[-1] = 0
+            except Exception as e:  # broadcast the failure first: the others wait for it
+                failure = e
+                choice[-1] = FAILED
         self.comm.broadcast(choice, 0)
+        if failure is not None:
+            raise failure
+        indices = choice.tolist()  # the re-check's one host read
+        if indices[-1] == FAILED:
+            raise RecheckFailed(
+                f"compression=auto: rank 0's re-check after step {step} failed (its log "
+                "names the error); this rank stops with it rather than train on a scheme "
+                "the ranks may not share")
         switches = {}
         for i, dim in enumerate(self.dims):
-            index = int(choice[i])
+            index = indices[i]
             if index >= 0:
                 label = self.tables[dim].options[index].label
                 if label != self.current[dim]:
@@ -127,9 +164,9 @@ class OnlineRecheck:
             self.current.update(switches)
         return switches
 
-    def _decide(self, step: int, steps: int, summed: torch.Tensor) -> torch.Tensor:
-        """Rank 0: the re-check on the mean over ranks of their median steps; the options'
-        indices."""
+    def _decide(self, step: int, steps: int, summed: torch.Tensor) -> list[int]:
+        """Rank 0: the re-check on the mean over ranks of their median steps (`summed`, on
+        the host); the options' indices."""
         measured = {}
         for i, dim in enumerate(self.dims):
             comm, codec, nbytes, ranks = summed[i].tolist()
@@ -141,8 +178,8 @@ class OnlineRecheck:
         record["scheme"] = dict(self.state.current)
         with (self.run_dir / RECORD_FILE).open("a") as f:
             f.write(json.dumps(record) + "\n")
-        return torch.tensor([[o.label for o in self.tables[d].options].index(
-            self.state.current[d]) for d in self.dims], dtype=torch.int64)
+        return [[o.label for o in self.tables[d].options].index(self.state.current[d])
+                for d in self.dims]
 
     def _apply(self, dim: str, label: str) -> None:
         s = self.tables[dim].option(label).setting

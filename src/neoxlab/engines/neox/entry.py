@@ -22,19 +22,21 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+import torch
 import yaml
 
 from neoxlab.comm.records import format_totals, merge
 from neoxlab.config import Config
 from neoxlab.engines.builtin.preemption import stop_request_file
-from neoxlab.engines.neox import inject
+from neoxlab.engines.neox import cpu_mode, inject
 from neoxlab.engines.neox.data_helpers import build_data_helpers, build_environment
-from neoxlab.engines.neox.launch import LOCK_FILE, read_lock
+from neoxlab.engines.neox.launch import LOCK_FILE, checkout_dir, read_lock
 from neoxlab.engines.neox.metrics import collect_metrics
 from neoxlab.engines.neox.outcome import EndedEarly, early_exit_error
 from neoxlab.engines.neox.render import NEOX_YML
+from neoxlab.engines.neox.stop import StopHook
 from neoxlab.run import device, dist, rundir
-from neoxlab.run.rankjob import run_rank
+from neoxlab.run.rankjob import Preempted, run_rank
 
 
 def megatron_config(run_dir: Path, neox_dir: Path) -> dict[str, Any]:
@@ -76,8 +78,6 @@ def gpu_local_rank(rank: int, node_local_rank: int, device_count: int) -> int:
 
 
 def _device_count() -> int:
-    import torch
-
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
@@ -137,29 +137,53 @@ def record_provenance(run_dir: Path, neox_dir: Path) -> None:
 
 def run(cfg: Config, run_dir: Path, info: dist.RankInfo, terminal: TextIO | None) -> None:
     """The rank body inside neoxlab.run.rankjob.run_rank (logs, status and failure handling)."""
-    neox_dir = Path(cfg.cluster.neox_dir or "").resolve()
+    neox_dir = checkout_dir(cfg).resolve()
     place_rank(info)
     os.environ[inject.RUN_DIR_ENV] = str(run_dir)
+    os.environ[cpu_mode.RANKS_PER_NODE_ENV] = str(_ranks_on_this_node())
     inject.install_from_env()  # before train.py imports and initializes DeepSpeed
     build_environment(run_dir)  # GPT-NeoX's own makes of megatron/data: the job's python
     if info.rank == 0:
         record_provenance(run_dir, neox_dir)
-        print(f"[neoxlab] GPT-NeoX {neox_dir} on {info.world_size} ranks", file=terminal,
-              flush=True)
+        mode = f", {cpu_mode.BANNER}" if cpu_mode.applied() else ""
+        print(f"[neoxlab] GPT-NeoX {neox_dir} on {info.world_size} ranks{mode}",
+              file=terminal, flush=True)
         build_data_helpers(neox_dir, run_dir)  # a failure aborts the job: no rank waits
     _barrier()
+    hook = StopHook(run_dir, cfg.launch.hold_step).install()
     try:
         run_train_py(train_argv(run_dir, neox_dir), neox_dir)
     except EndedEarly as exc:
-        check_ended_early(exc, run_dir, info.rank)  # raises (-> abort) unless asked for
+        if hook.stopped_at is None:
+            check_ended_early(exc, run_dir, info.rank)  # raises (-> abort) unless asked for
+    finally:
+        hook.uninstall()
     sys.stdout.flush()
     inject.write_rows(info.rank)
     _barrier()
     if info.rank == 0:
         finish(cfg, run_dir, info.world_size, terminal)
+    if hook.stopped_at is not None:  # GPT-NeoX saved its checkpoint and left its loop
+        step, name = hook.stopped_at, hook.signal_name()
+        raise Preempted(f"{name} after step {step}; GPT-NeoX checkpoint global_step{step}",
+                        preempted_step=step, signal=name)
+
+
+def _ranks_on_this_node() -> int:
+    """The ranks sharing this node (MPI's shared-memory split, as run.dist finds LOCAL_RANK):
+    GPT-NeoX's device count in CPU mode, so that rank % count is the local rank."""
+    # deferred: mpi4py initialises MPI on import
+    from mpi4py import MPI
+
+    local = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED, key=MPI.COMM_WORLD.Get_rank())
+    try:
+        return local.Get_size()
+    finally:
+        local.Free()
 
 
 def _barrier() -> None:
+    # deferred: mpi4py initialises MPI on import
     from mpi4py import MPI
 
     MPI.COMM_WORLD.Barrier()

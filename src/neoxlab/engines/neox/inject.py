@@ -41,7 +41,7 @@ def current():
 
 def load_layout(run_dir: Path):
     """The frozen layout of a planned run (layout.json), without re-validating the config."""
-    # function-level: the shim imports this module into every Python process (see below too)
+    # deferred: the shim imports this module into every process; the rest waits for a run
     from neoxlab.layout import Layout
     from neoxlab.run.rundir import read_json
 
@@ -55,14 +55,16 @@ def install_from_env():
     value = os.environ.get(RUN_DIR_ENV)
     if not value or _state.installed or _state.busy:
         return _state.patch
-    # function-level: the patch (and torch through it) loads only when it is installed
+    # deferred: the shim imports this module into every process; the rest waits for a run
     from neoxlab.comm.install import install_for_run
     from neoxlab.run.rundir import load_config
 
     _state.busy = True
     try:
         run_dir = Path(value)
-        _state.patch = install_for_run(load_config(run_dir), load_layout(run_dir))
+        cfg, layout = load_config(run_dir), load_layout(run_dir)
+        adapt(cfg, layout)
+        _state.patch = install_for_run(cfg, layout)
         _state.installed = True
     finally:
         _state.busy = False
@@ -71,11 +73,23 @@ def install_from_env():
     return _state.patch
 
 
+def adapt(cfg, layout) -> None:
+    """GPT-NeoX fitted to this process: our DeepSpeed's eval_batch (compat, everywhere) and,
+    on a CPU cluster only, CPU mode (cpu_mode: torch.cuda patched; a GPU rank is untouched)."""
+    # deferred: the shim imports this module into every process; the rest waits for a run
+    from neoxlab.engines.neox import compat, cpu_mode
+
+    compat.apply()
+    if cpu_mode.wanted(cfg.cluster.device):
+        cpu_mode.apply(cpu_mode.ranks_per_node_from_env(
+            min(cfg.cluster.ranks_per_node, layout.world_size)))
+
+
 def write_rows(rank: int | None = None) -> Path | None:
     """This rank's accounting -> run_dir/logs/comm.rank<N>.json (once; also at exit)."""
     if _state.patch is None or _state.rows_written:
         return None
-    # function-level: only a process that installed the patch writes its rows
+    # deferred: the shim imports this module into every process; the rest waits for a run
     from neoxlab.comm.records import write_rank_rows
 
     if rank is None:
@@ -127,12 +141,15 @@ class _CallbackLoader(importlib.abc.Loader):
         self.callback()
 
 
+def after_import(module: str, callback) -> None:
+    """Call `callback()` once `module` has been imported (now, if it already is)."""
+    if module in sys.modules:
+        callback()
+    elif not any(isinstance(f, _AfterImport) and f.name == module for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterImport(module, callback))
+
+
 def arm(module: str = "deepspeed") -> None:
     """Install the patch as soon as `module` is imported (now, if it already is)."""
-    if not os.environ.get(RUN_DIR_ENV):
-        return
-    if module in sys.modules:
-        install_from_env()
-        return
-    if not any(isinstance(f, _AfterImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _AfterImport(module, install_from_env))
+    if os.environ.get(RUN_DIR_ENV):
+        after_import(module, install_from_env)

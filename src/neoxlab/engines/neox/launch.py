@@ -18,6 +18,13 @@ LOCK_FILE = PATCH_DIR / "upstream.lock"
 ENTRY_MODULE = "neoxlab.engines.neox.entry"
 
 
+def checkout_dir(cfg: Config) -> Path:
+    """cluster.neox_dir as an absolute path; a relative one is under this checkout of neoxlab
+    (e.g. build/gpt-neox, where `make neox-checkout` unpacks the vendored GPT-NeoX)."""
+    path = Path(str(cfg.cluster.neox_dir)).expanduser()
+    return path if path.is_absolute() else REPO_ROOT / path
+
+
 def rank_command(cfg: Config, run_dir: Path, python: str) -> list[str]:
     """argv of one rank: `<python> -m neoxlab.engines.neox.entry <run_dir>`."""
     return [python, "-m", ENTRY_MODULE, str(Path(run_dir).resolve())]
@@ -35,12 +42,16 @@ def rank_env(cfg: Config, run_dir: Path) -> dict[str, str]:
             "engine=neox needs the GPT-NeoX checkout: cluster.neox_dir is not set; add "
             "cluster.neox_dir=/path/to/gpt-neox"
         )
-    parts = [SHIM_DIR, REPO_ROOT / "src", Path(cfg.cluster.neox_dir)]
-    return {
+    parts = [SHIM_DIR, REPO_ROOT / "src", checkout_dir(cfg)]
+    env = {
         "PYTHONPATH": ":".join(str(p) for p in parts),
         "NEOXLAB_RUN_DIR": str(Path(run_dir).resolve()),
         "PYTHONUNBUFFERED": "1",  # rank logs stream, so a killed job keeps its last steps
+        "OMP_NUM_THREADS": str(cfg.engine.torch_threads),
     }
+    if cfg.cluster.device == "cpu":  # CPU mode (cpu_mode.py): DeepSpeed's CPU accelerator
+        env["DS_ACCELERATOR"] = "cpu"
+    return env
 
 
 def read_lock(path: Path = LOCK_FILE) -> dict[str, str]:

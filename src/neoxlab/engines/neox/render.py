@@ -15,11 +15,15 @@ from typing import Any
 import yaml
 
 from neoxlab.config import Config
+from neoxlab.engines.neox import data as neox_data
 from neoxlab.engines.neox.toolchain import fused_kernels_default
 from neoxlab.files import write_atomic
 from neoxlab.layout import Layout
 
 CHECKPOINT_DIR = "checkpoints"
+# Fusions rendered off on a CPU cluster (CUDA kernels or TorchScript written for them).
+CPU_OFF = ("scaled_upper_triang_masked_softmax_fusion", "scaled_masked_softmax_fusion",
+           "rope_fusion", "bias_gelu_fusion", "layernorm_fusion", "rmsnorm_fusion")
 NEOX_YML = "neox.yml"
 SPLIT_PARTS = 1000  # `split` is written as train,valid,test parts of 1000
 
@@ -54,13 +58,17 @@ def render_neox_config(
     owned = owned_args(cfg, layout, run_dir)
     # validation refuses owned keys in neox_args
     others = {**DEFAULTS, **_fused_kernels(cfg), **cfg.engine.neox_args}
+    if cfg.cluster.device == "cpu":  # CPU mode: GPT-NeoX's plain PyTorch paths only
+        others.update({key: False for key in CPU_OFF})
     return {**owned, **{key: value for key, value in others.items() if key not in owned}}
 
 
 def _fused_kernels(cfg: Config) -> dict[str, Any]:
     """The published 20B config's fused softmax (a C++/CUDA kernel GPT-NeoX compiles on
-    every rank): on, unless the cluster's modules cannot compile it for the installed torch
-    (neoxlab.engines.neox.toolchain), as on Lassen with gcc 8 and CUDA 11."""
+    every rank): on, unless the cluster's modules cannot
+    compile the kernel for the installed torch (neoxlab.engines.neox.toolchain), as on Lassen
+    with gcc 8 and CUDA 11. On a CPU cluster every fusion is off: they are CUDA kernels (the
+    CPU mode of docs/neox.md runs GPT-NeoX's plain PyTorch paths)."""
     return {"scaled_upper_triang_masked_softmax_fusion":
             fused_kernels_default(list(cfg.cluster.modules))}
 
@@ -178,11 +186,17 @@ def _precision(cfg: Config, layout: Layout) -> dict[str, Any]:
 
 
 def _data(cfg: Config) -> dict[str, Any]:
+    """The user's prefix and tokenizer (data.source=file), or the prefix our pipeline writes
+    for data.source=stdlib (engines/neox/data.py), read by GPT-NeoX's CharLevelTokenizer."""
     d = cfg.data
     valid = round(d.val_fraction * SPLIT_PARTS)
+    split = f"{SPLIT_PARTS - valid},{valid},0"
+    if neox_data.own_data(cfg):
+        return {"data_path": str(neox_data.prefix_path(cfg)), "split": split,
+                "tokenizer_type": neox_data.TOKENIZER}
     out: dict[str, Any] = {
         "data_path": d.path,
-        "split": f"{SPLIT_PARTS - valid},{valid},0",
+        "split": split,
         "tokenizer_type": d.tokenizer_type,
     }
     if d.vocab_file:
@@ -216,7 +230,8 @@ def _launcher_free(cfg: Config, layout: Layout) -> dict[str, Any]:
         "global_num_gpus": layout.world_size,
         "deepspeed_mpi": False,
         "deepspeed_slurm": False,
-        "distributed_backend": "nccl" if backend == "auto" else backend,
+        "distributed_backend": backend if backend != "auto" else (
+            "gloo" if cfg.cluster.device == "cpu" else "nccl"),
         "use_wandb": False,
         "peak_theoretical_tflops": float(cfg.cluster.peak_tflops),
     }
@@ -234,6 +249,9 @@ def to_yaml(values: dict[str, Any]) -> str:
 
 
 def write_neox_yml(cfg: Config, layout: Layout, run_dir: Path) -> Path:
+    """run_dir/neox.yml, after writing our data's prefix if it is not cached yet."""
+    if neox_data.own_data(cfg):
+        neox_data.ensure_prefix(cfg)
     path = run_dir / NEOX_YML
     write_atomic(path, to_yaml(render_neox_config(cfg, layout, run_dir)))
     return path

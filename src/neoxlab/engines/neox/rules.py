@@ -17,7 +17,9 @@ from neoxlab.engines.neox.toolchain import (
     toolchain_problem,
     torch_cxx_standard,
 )
+from neoxlab.files import REPO_ROOT
 
+CHAR_LEVEL_VOCAB = 512  # GPT-NeoX's CharLevelTokenizer(vocab_size=512) (megatron/tokenizer)
 NEEDS_VOCAB = {"GPT2BPETokenizer", "SPMTokenizer", "HFTokenizer", "TiktokenTokenizer"}
 NEEDS_MERGES = {"GPT2BPETokenizer"}
 RAW_SUFFIXES = (".bin", ".idx", ".txt", ".json", ".jsonl", ".zst", ".gz", ".parquet")
@@ -69,12 +71,6 @@ def validate_neox(cfg: Config, trains: bool = True) -> list[str]:
             "set; add cluster.neox_dir=/path/to/gpt-neox (see patches/upstream.lock for the "
             "tested commit)"
         )
-    if c.device == "cpu":
-        errors.append(
-            f"engine=neox runs GPT-NeoX, which needs CUDA GPUs, but cluster '{c.name}' has "
-            "device 'cpu'; pick a GPU cluster (e.g. cluster=lassen or cluster=slurm) or use "
-            "engine=builtin here"
-        )
     if not trains:
         errors.append(
             f"engine=neox runs GPT-NeoX's train.py, so task.name must be 'train' (got "
@@ -103,6 +99,13 @@ def _fused_kernel_errors(cfg: Config) -> list[str]:
     wanted = [key for key in FUSED_KERNEL_ARGS if cfg.engine.neox_args.get(key) is True]
     if not wanted:
         return []
+    if cfg.cluster.device == "cpu":
+        return [
+            f"engine.neox_args.{key}=true asks for a CUDA kernel, but cluster "
+            f"'{cfg.cluster.name}' has device 'cpu' (GPT-NeoX runs in CPU mode there); drop "
+            f"the key (neox.yml renders it off on CPU) or pick a GPU cluster"
+            for key in wanted
+        ]
     standard = torch_cxx_standard()
     problem = toolchain_problem(list(cfg.cluster.modules), standard)
     if problem is None:
@@ -118,13 +121,26 @@ def _fused_kernel_errors(cfg: Config) -> list[str]:
 
 
 def _data_errors(cfg: Config) -> list[str]:
+    """data.source=stdlib: our pipeline writes the prefix (engines/neox/data.py, GPT-NeoX's
+    CharLevelTokenizer, no tokenizer file); data.source=file: the user's prefix + tokenizer."""
     d = cfg.data
+    if d.source == "stdlib":
+        if cfg.model.vocab_size != CHAR_LEVEL_VOCAB:
+            return [
+                f"model.vocab_size={cfg.model.vocab_size} with engine=neox and data.source="
+                f"stdlib: GPT-NeoX's CharLevelTokenizer (which reads our data) has "
+                f"{CHAR_LEVEL_VOCAB} ids, so its embedding and head are that size and our "
+                f"FLOPs, memory and DP/ZeRO bytes would be wrong; set model.vocab_size="
+                f"{CHAR_LEVEL_VOCAB}"
+            ]
+        return []
     errors = []
     if d.source != "file" or not d.path:
         errors.append(
             f"engine=neox trains on GPT-NeoX's preprocessed data, but data.source='{d.source}'"
-            f", data.path={d.path!r}; set data.source=file data.path=<prefix> (the prefix of "
-            "<prefix>.bin/.idx written by GPT-NeoX's tools/datasets/preprocess_data.py)"
+            f", data.path={d.path!r}; set data.source=stdlib (neoxlab writes the prefix) or "
+            "data.source=file data.path=<prefix> (the prefix of <prefix>.bin/.idx written by "
+            "GPT-NeoX's tools/datasets/preprocess_data.py)"
         )
     elif d.path.endswith(RAW_SUFFIXES):
         errors.append(
@@ -168,12 +184,14 @@ def check_neox_dir(path: str | None) -> str | None:
     """None when path is a GPT-NeoX checkout here; otherwise the problem and its fix."""
     if path is None:
         return "cluster.neox_dir is not set; add cluster.neox_dir=/path/to/gpt-neox"
-    root = Path(path)
+    root = Path(path).expanduser()
+    root = root if root.is_absolute() else REPO_ROOT / root  # as launch.checkout_dir
     if not root.is_dir():
         return (
-            f"cluster.neox_dir='{path}' does not exist on this machine; clone GPT-NeoX there "
-            "(git clone https://github.com/EleutherAI/gpt-neox, then check out the commit in "
-            "patches/upstream.lock) or fix the path"
+            f"cluster.neox_dir='{path}' ({root}) does not exist on this machine; clone "
+            "GPT-NeoX there (git clone https://github.com/EleutherAI/gpt-neox, then check out "
+            "the commit in patches/upstream.lock), or `make neox-checkout` to unpack the "
+            "vendored one into build/gpt-neox, or fix the path"
         )
     missing = [p for p in ("train.py", "megatron/neox_arguments") if not (root / p).exists()]
     if missing:
@@ -182,6 +200,16 @@ def check_neox_dir(path: str | None) -> str | None:
             "point it at the repository root"
         )
     return None
+
+
+def check_local_checkout(cfg: Config) -> list[str]:
+    """The data check for ranks that run on this machine (local, emulated): the checkout is
+    here (a missing one would fail every rank at start-up); not when nothing will start
+    (launch.submit=false only plans)."""
+    if not cfg.launch.submit or not cfg.cluster.neox_dir:
+        return []
+    problem = check_neox_dir(cfg.cluster.neox_dir)
+    return [problem] if problem else []
 
 
 def check_neox_inputs(cfg: Config) -> list[str]:
