@@ -30,6 +30,7 @@ from types import ModuleType
 
 import torch
 
+from neoxlab.compress import cuda_driver, nvrtc, nvrtc_host, nvrtc_kernels
 from neoxlab.config.profile import TRITON_ARCHES
 
 CHOICES = ("auto", "torch", "triton", "nvrtc", "compile")
@@ -128,7 +129,6 @@ def triton_min_capability() -> tuple[int, int]:
 def facts_for(device: torch.device) -> DeviceFacts:
     if device.type != "cuda":
         return DeviceFacts(device.type)
-    from neoxlab.compress import cuda_driver, nvrtc
 
     triton = importlib.util.find_spec("triton") is not None
     return DeviceFacts(
@@ -163,11 +163,7 @@ def fused_for(device: torch.device) -> ModuleType | None:
         return None
     if kind == "nvrtc":
         if device.type == "cuda":
-            from neoxlab.compress import nvrtc_kernels
-
             return nvrtc_kernels
-        from neoxlab.compress import nvrtc_host
-
         return nvrtc_host
     if importlib.util.find_spec("triton") is None:
         raise RuntimeError("NEOXLAB_CODEC_KERNELS=triton but triton is not importable; "
