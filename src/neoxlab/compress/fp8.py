@@ -25,6 +25,7 @@ from __future__ import annotations
 import torch
 
 from neoxlab.compress.base import CompressionConfigError, Compressor, check_int
+from neoxlab.compress.blocks import block_rows
 from neoxlab.compress.registry import register
 from neoxlab.compress.wire import Header, WireFormatError, dtype_view, view_as
 
@@ -90,12 +91,12 @@ class Fp8(Compressor):
         for start in range(0, n, step):
             part = flat[start: start + step].float()
             b0 = start // blk
-            amax = torch.cat([r.abs().amax(1) for r in _rows(part, blk)])  # NaN/Inf propagate
+            amax = torch.cat([r.abs().amax(1) for r in block_rows(part, blk)])  # NaN/Inf propagate
             torch.div(amax, self.fmax, out=scales[b0: b0 + amax.numel()])
             # all-zero blocks, and blocks so tiny that FMAX / max overflows, code as zeros
             inv = torch.nan_to_num(self.fmax / amax, nan=0.0, posinf=0.0)
             q = torch.cat([(r * inv[lo: lo + r.shape[0], None]).reshape(-1)
-                           for lo, r in _offsets(_rows(part, blk))])
+                           for lo, r in _offsets(block_rows(part, blk))])
             codes[start: start + part.numel()].copy_(q.clamp_(-self.fmax, self.fmax))
         if staged:
             out[: 4 * nblocks].copy_(scales.view(torch.uint8))
@@ -135,22 +136,13 @@ def _decode_blocks(body: torch.Tensor, out: torch.Tensor, blk: int, code: torch.
     for start in range(0, n, step):
         q = codes[start: start + step].float()
         b0 = start // blk
-        for lo, rows in _offsets(_rows(q, blk)):
+        for lo, rows in _offsets(block_rows(q, blk)):
             rows.mul_(scales[b0 + lo: b0 + lo + rows.shape[0], None])
         out[start: start + q.numel()].copy_(q)
 
 
-def _rows(v: torch.Tensor, blk: int) -> list[torch.Tensor]:
-    """A flat slice as 2-D views of whole blocks: (full, blk) and, if ragged, (1, rest)."""
-    full = v.numel() // blk
-    parts = [v[: full * blk].view(full, blk)] if full else []
-    if v.numel() > full * blk:
-        parts.append(v[full * blk:].view(1, -1))
-    return parts
-
-
 def _offsets(rows: list[torch.Tensor]) -> list[tuple[int, torch.Tensor]]:
-    """(index of its first block, rows) for each of _rows' views."""
+    """(index of its first block, rows) for each of block_rows' views."""
     out, lo = [], 0
     for r in rows:
         out.append((lo, r))

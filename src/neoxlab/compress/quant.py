@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from neoxlab.compress.base import CompressionConfigError, Compressor, check_int
+from neoxlab.compress.blocks import block_rows
 from neoxlab.compress.kernels import triton_for
 from neoxlab.compress.registry import register
 from neoxlab.compress.wire import Header, WireFormatError, dtype_view, view_as
@@ -91,12 +92,12 @@ class _Blockwise(Compressor):
             part = flat[start: start + step].float()
             m, b0 = part.numel(), start // blk
             qs = torch.abs(part, out=q[:m])
-            amax = torch.cat([r.amax(1) for r in _rows(qs, blk)])  # NaN/Inf propagate
+            amax = torch.cat([r.amax(1) for r in block_rows(qs, blk)])  # NaN/Inf propagate
             torch.div(amax, self.qmax, out=scales[b0: b0 + amax.numel()])
             # all-zero blocks, and blocks so tiny that qmax / amax overflows, code as zeros
             inv = torch.nan_to_num(self.qmax / amax, nan=0.0, posinf=0.0)
             lo = 0
-            for rows, src in zip(_rows(qs, blk), _rows(part, blk), strict=True):
+            for rows, src in zip(block_rows(qs, blk), block_rows(part, blk), strict=True):
                 torch.mul(src, inv[lo: lo + rows.shape[0], None], out=rows)
                 lo += rows.shape[0]
             qs.round_().nan_to_num_(nan=0.0)  # inf * 0 in a non-finite block
@@ -154,20 +155,11 @@ def _decode_blocks(body: torch.Tensor, out: torch.Tensor, blk: int, bits: int) -
         else:
             q = codes[start: start + m].view(torch.int8).float()
         lo = start // blk
-        for rows in _rows(q, blk):
+        for rows in block_rows(q, blk):
             rows.mul_(scales[lo: lo + rows.shape[0], None])
             lo += rows.shape[0]
         if q.data_ptr() != out[start:].data_ptr():
             out[start: start + m].copy_(q)
-
-
-def _rows(v: torch.Tensor, blk: int) -> list[torch.Tensor]:
-    """A flat slice as 2-D views of whole blocks: (full, blk) and, if ragged, (1, rest)."""
-    full = v.numel() // blk
-    parts = [v[: full * blk].view(full, blk)] if full else []
-    if v.numel() > full * blk:
-        parts.append(v[full * blk:].view(1, -1))
-    return parts
 
 
 def _pack_int4(q: torch.Tensor, q8: torch.Tensor, out: torch.Tensor) -> None:
