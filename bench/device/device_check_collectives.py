@@ -27,7 +27,7 @@ from neoxlab.comm import patch as patch_module
 from neoxlab.comm import strict
 from neoxlab.comm.classify import Classifier, Grid
 from neoxlab.comm.patch import CompressionPatch
-from neoxlab.comm.policy import DimPolicy
+from neoxlab.comm.scheme import DimCompression
 from neoxlab.comm.side_stream import SideStreams, StreamWork
 from neoxlab.compress import make_compressor
 from neoxlab.run.dist import free_port
@@ -116,7 +116,7 @@ def through_patch(dev: torch.device) -> None:
     refuse it). The patch sees a DP group of 2 (its ranks stubbed: NCCL allows one rank per
     GPU); its values are those of the same compressed call made directly."""
     originals = SimpleNamespace(**{op: getattr(dist, op) for op in OPS})
-    patch = CompressionPatch({"dp": DimPolicy(make_compressor("none"), 0, False)},
+    patch = CompressionPatch({"dp": DimCompression(make_compressor("none"), 0, False)},
                              Classifier(Grid(tp=1, pp=1, dp=2), hidden_size=8, tokens=8),
                              allreduce="alltoall", strict=True).install()
     loop = Loopback(originals, 2)
@@ -128,7 +128,7 @@ def through_patch(dev: torch.device) -> None:
     try:
         for spec in ("int8", zfp, "mpc"):
             c = make_compressor(spec)
-            patch.switch("dp", DimPolicy(c, 0, False))
+            patch.switch("dp", DimCompression(c, 0, False))
             x = torch.randn(1 << 20, device=dev)
             y, ref = x.clone(), x.clone()
             work = dist.all_reduce(y, async_op=True)

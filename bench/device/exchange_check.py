@@ -173,12 +173,12 @@ class Rig:
 
     def patch(self, spec: str, error_feedback: bool = False):
         from neoxlab.comm.patch import CompressionPatch
-        from neoxlab.comm.policy import DimPolicy
+        from neoxlab.comm.scheme import DimCompression
         from neoxlab.compress import make_compressor
 
         if spec.startswith("zfp") and self.device.type == "cpu":
             spec += ",impl=torch"  # the device-side code; the CPU default is a host library
-        policy = DimPolicy(make_compressor(spec), 0, error_feedback)
+        policy = DimCompression(make_compressor(spec), 0, error_feedback)
         dims = {dim: policy for dim in ("dp", "zero", "pp", "other")}
         return CompressionPatch(dims, self.classifier, strict=True).install()
 

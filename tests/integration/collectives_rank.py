@@ -18,7 +18,7 @@ from neoxlab.comm import collectives as cc
 from neoxlab.comm import memprobe, strict
 from neoxlab.comm.classify import Classifier, Grid
 from neoxlab.comm.patch import CompressionPatch
-from neoxlab.comm.policy import DimPolicy
+from neoxlab.comm.scheme import DimCompression
 from neoxlab.comm_scratch import scratch_bytes
 from neoxlab.compress import make_compressor
 from neoxlab.run import dist as neox_dist
@@ -181,7 +181,7 @@ def main(out: Path) -> None:
 
     # through the patch: an async TP all-reduce is compressed and its Work waits; the
     # cross-entropy [s, b] statistics stay exact; reduce is compressed
-    policy = DimPolicy(make_compressor("zfp:rate=8"), 0, False)
+    policy = DimCompression(make_compressor("zfp:rate=8"), 0, False)
     patch = CompressionPatch({"tp": policy}, Classifier(Grid(tp=n, pp=1, dp=1), hidden_size=64),
                              strict=True).install()
     try:

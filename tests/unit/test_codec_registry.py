@@ -86,7 +86,7 @@ ALLOWED = {"none", "fp16", "bf16"}
 OTHER_MEANING = {
     # compression.backend=mpi: the MPI library's own algorithms and their switches
     # (MVAPICH-Plus MPIR_CVAR_COMPRESSION_ALGORITHM=zfp, MPIR_CVAR_ZFP_RATE), not our codec
-    ("comm/policy.py", "zfp"),
+    ("comm/scheme.py", "zfp"),
 }
 
 

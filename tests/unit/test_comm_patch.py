@@ -12,7 +12,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from neoxlab.comm.classify import Classifier, Grid
 from neoxlab.comm.patch import CompressionPatch
-from neoxlab.comm.policy import DimPolicy
+from neoxlab.comm.scheme import DimCompression
 from neoxlab.compress import make_compressor
 
 
@@ -75,7 +75,7 @@ def calls(x: torch.Tensor) -> dict:
 
 
 def test_a_loss_scale_change_rescales_the_residuals():
-    policy = DimPolicy(make_compressor("zfp:rate=8"), 0, True)
+    policy = DimCompression(make_compressor("zfp:rate=8"), 0, True)
     patch = CompressionPatch({"dp": policy}, Classifier(Grid(tp=1, pp=1, dp=2)))
     residual = patch._residual(policy, torch.zeros(1000, dtype=torch.float16))
     residual.copy_(torch.linspace(-1, 1, 1000, dtype=torch.float16))
@@ -108,7 +108,7 @@ def test_every_deepspeed_optimizer_step_advances_the_patch(monkeypatch):
         def _get_optimizer_loss_scale(self):
             return self.scale
 
-    policy = DimPolicy(make_compressor("zfp:rate=8"), 0, True)
+    policy = DimCompression(make_compressor("zfp:rate=8"), 0, True)
     patch = CompressionPatch({"dp": policy}, Classifier(Grid(tp=1, pp=1, dp=2))).install()
     try:
         engine = FakeEngine()

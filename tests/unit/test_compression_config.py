@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from neoxlab.comm.classify import Classifier, Grid
-from neoxlab.comm.policy import mpi_environment
+from neoxlab.comm.scheme import mpi_environment
 from neoxlab.commands.check import check
 from neoxlab.commands.plan import plan_run
 from neoxlab.config import ConfigError, DimCompressionConfig

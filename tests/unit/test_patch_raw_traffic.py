@@ -20,7 +20,7 @@ import torch.distributed as dist
 from neoxlab.comm.classify import Classifier, Grid
 from neoxlab.comm.install import raw_dims_line
 from neoxlab.comm.patch import CompressionPatch
-from neoxlab.comm.policy import DimPolicy
+from neoxlab.comm.scheme import DimCompression
 from neoxlab.compress import make_compressor
 from neoxlab.config.compose import compose_experiment
 
@@ -37,7 +37,7 @@ def _rank(rank: int, port: int, out: mp.Queue) -> None:
     underlying = {"all_reduce": 0, "all_gather_into_tensor": 0, "all_to_all_single": 0}
     for name in underlying:  # count what reaches torch.distributed beneath the patch
         setattr(dist, name, _counting(getattr(dist, name), name, underlying))
-    policies = {"tp": DimPolicy(make_compressor("zfp:rate=24"), 4096, False)}
+    policies = {"tp": DimCompression(make_compressor("zfp:rate=24"), 4096, False)}
     results = {}
     for dtype in (torch.bfloat16, torch.float32):
         underlying.update(dict.fromkeys(underlying, 0))

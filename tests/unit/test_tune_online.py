@@ -16,7 +16,7 @@ from neoxlab.comm.classify import Classifier, Grid
 from neoxlab.comm.compression_rules import validate_compression, validate_online_engine
 from neoxlab.comm.online import BASELINE, RECORD_FILE, DimTable, Measured, Option, Recheck
 from neoxlab.comm.patch import CompressionPatch
-from neoxlab.comm.policy import DimPolicy
+from neoxlab.comm.scheme import DimCompression
 from neoxlab.commands.check import problems
 from neoxlab.compress import make_compressor
 from neoxlab.config.compose import compose_experiment
@@ -180,7 +180,7 @@ class ThreadWorld:
 
 def fake_patch() -> CompressionPatch:
     none = make_compressor("none")
-    return CompressionPatch({"dp": DimPolicy(none, 0, False)},
+    return CompressionPatch({"dp": DimCompression(none, 0, False)},
                             Classifier(Grid(tp=1, pp=1, dp=3), hidden_size=8, tokens=8))
 
 
@@ -226,9 +226,9 @@ def test_every_rank_switches_at_the_same_step(tmp_path):
 def test_switch_replaces_the_policy_and_drops_residuals_it_will_not_feed_back():
     patch = fake_patch()
     patch.residuals[(0, 4)] = torch.ones(4)
-    patch.switch("dp", DimPolicy(make_compressor("int8"), 0, True))
+    patch.switch("dp", DimCompression(make_compressor("int8"), 0, True))
     assert patch.policies["dp"].compressor.name == "int8" and patch.residuals
-    patch.switch("dp", DimPolicy(make_compressor("none"), 0, False))
+    patch.switch("dp", DimCompression(make_compressor("none"), 0, False))
     assert not patch.policies["dp"].active and not patch.residuals
 
 

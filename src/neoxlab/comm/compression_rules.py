@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from neoxlab.comm.policy import GROUP_OF, communication_dtype
+from neoxlab.comm.scheme import GROUP_OF, communication_dtype
 from neoxlab.compress import CompressionConfigError, available, make_compressor
 from neoxlab.compress.kernels import cluster_choice
 from neoxlab.compress.registry import fused_codecs

@@ -9,9 +9,9 @@ import torch
 from neoxlab.comm.capture import Capture
 from neoxlab.comm.classify import Classifier, Grid
 from neoxlab.comm.patch import CompressionPatch
-from neoxlab.comm.policy import (
+from neoxlab.comm.scheme import (
     GROUP_OF,
-    build_policies,
+    build_dim_compression,
     communication_dtype,
     library_label,
     mpi_environment,
@@ -56,7 +56,7 @@ def install_for_run(cfg: Config, layout: Layout) -> CompressionPatch | None:
     classifier = Classifier(Grid(tp=layout.tp, pp=layout.pp, dp=layout.dp),
                             hidden_size=cfg.model.hidden_size,
                             tokens=layout.micro_batch * cfg.model.seq_length)
-    policies = build_policies(c) if c.backend == "framework" else {}
+    policies = build_dim_compression(c) if c.backend == "framework" else {}
     on_mpi = {g for g, b in cfg.engine.group_backends.items() if b == "mpi"}
     library = {dim: label for dim, group in GROUP_OF.items()
                if label is not None and group in on_mpi}
@@ -83,7 +83,7 @@ def raw_dims_line(cfg: Config) -> str | None:
     if c.backend != "framework":
         return None
     by_reason: dict[str, list[str]] = {}
-    for dim, policy in sorted(build_policies(c).items()):
+    for dim, policy in sorted(build_dim_compression(c).items()):
         name = communication_dtype(cfg) if dim == "dp" else cfg.train.precision
         dtype = getattr(torch, DTYPE_NAMES.get(name, "float32"))
         codec = policy.compressor

@@ -21,7 +21,7 @@ from neoxlab.comm import collectives as cc
 from neoxlab.comm import strict
 from neoxlab.comm.accounting import Accountant
 from neoxlab.comm.classify import Classifier
-from neoxlab.comm.policy import DimPolicy
+from neoxlab.comm.scheme import DimCompression
 from neoxlab.comm.side_stream import SideStreams, caller_tensors
 from neoxlab.comm.slow_link import SlowLink
 
@@ -45,7 +45,7 @@ _state = _State()
 
 
 class CompressionPatch:
-    def __init__(self, policies: dict[str, DimPolicy], classifier: Classifier,
+    def __init__(self, policies: dict[str, DimCompression], classifier: Classifier,
                  allreduce: str = "auto", strict: bool = False,
                  library: dict[str, str] | None = None, slow_link: SlowLink | None = None):
         self.policies = policies
@@ -83,7 +83,7 @@ class CompressionPatch:
             for residual in self.residuals.values():
                 residual.mul_(self._loss_scale / old)
 
-    def switch(self, dim: str, policy: DimPolicy) -> None:
+    def switch(self, dim: str, policy: DimCompression) -> None:
         """A dimension's codec from its next call on (compression=auto: between steps, at the
         same step on every rank). Error-feedback residuals stay only while the new policy
         feeds them back: another codec's residual is still error not yet sent."""
@@ -210,7 +210,7 @@ class CompressionPatch:
         )
         return work
 
-    def _shrinks(self, policy: DimPolicy, dtype: torch.dtype) -> bool:
+    def _shrinks(self, policy: DimCompression, dtype: torch.dtype) -> bool:
         """Whether the dimension's codec may make messages of dtype smaller (the codec
         says; data-dependent codecs may), asked once per codec and dtype."""
         key = (policy.compressor, dtype)
@@ -242,7 +242,7 @@ class CompressionPatch:
         return result
 
     # ---- compressed implementations -----------------------------------------------------
-    def _residual(self, policy: DimPolicy, x: torch.Tensor) -> torch.Tensor | None:
+    def _residual(self, policy: DimCompression, x: torch.Tensor) -> torch.Tensor | None:
         """This bucket's error-feedback residual (created at zero on first use)."""
         if not policy.error_feedback:
             return None
@@ -255,7 +255,7 @@ class CompressionPatch:
             residual = self.residuals[key] = residual.to(x.device)
         return residual
 
-    def _all_reduce(self, policy: DimPolicy, a: dict, n: int) -> cc.Cost:
+    def _all_reduce(self, policy: DimCompression, a: dict, n: int) -> cc.Cost:
         x = a["tensor"]
         algorithm = self.allreduce
         if algorithm == "auto":
@@ -263,14 +263,14 @@ class CompressionPatch:
         return cc.all_reduce(self.raw, policy.compressor, x, a["group"], n,
                              self._residual(policy, x), algorithm)
 
-    def _reduce(self, policy: DimPolicy, a: dict, n: int) -> cc.Cost:
+    def _reduce(self, policy: DimCompression, a: dict, n: int) -> cc.Cost:
         x, group = a["tensor"], a["group"]
         ranks = sorted(_group_ranks(group))  # torch orders a group's ranks so
         dst = a["dst"] if a.get("group_dst") is None else ranks[a["group_dst"]]
         return cc.reduce(self.raw, policy.compressor, x, dst, ranks, dist.get_rank(), group,
                          self._residual(policy, x))
 
-    def _all_gather_into_tensor(self, policy: DimPolicy, a: dict, n: int) -> cc.Cost:
+    def _all_gather_into_tensor(self, policy: DimCompression, a: dict, n: int) -> cc.Cost:
         out = a["output_tensor"]
         x = a["input_tensor"]
         flat = out.view(-1) if out.is_contiguous() else out.reshape(-1)
@@ -280,22 +280,22 @@ class CompressionPatch:
             out.copy_(flat.view_as(out))
         return cost
 
-    def _all_gather(self, policy: DimPolicy, a: dict, n: int) -> cc.Cost:
+    def _all_gather(self, policy: DimCompression, a: dict, n: int) -> cc.Cost:
         return cc.all_gather_into(self.raw, policy.compressor, a["tensor"], a["tensor_list"],
                                   a["group"], n)
 
-    def _reduce_scatter_tensor(self, policy: DimPolicy, a: dict, n: int) -> cc.Cost:
+    def _reduce_scatter_tensor(self, policy: DimCompression, a: dict, n: int) -> cc.Cost:
         return cc.reduce_scatter(self.raw, policy.compressor, a["input"], a["output"],
                                  a["group"], n)
 
-    def _broadcast(self, policy: DimPolicy, a: dict, n: int) -> cc.Cost:
+    def _broadcast(self, policy: DimCompression, a: dict, n: int) -> cc.Cost:
         return cc.broadcast(self.raw, policy.compressor, a["tensor"], a["src"],
                             dist.get_rank(), a["group"])
 
-    def _send(self, policy: DimPolicy, a: dict, n: int) -> cc.Cost:
+    def _send(self, policy: DimCompression, a: dict, n: int) -> cc.Cost:
         return cc.send(self.raw, policy.compressor, a["tensor"], a["dst"], a.get("group"))
 
-    def _recv(self, policy: DimPolicy, a: dict, n: int) -> cc.Cost:
+    def _recv(self, policy: DimCompression, a: dict, n: int) -> cc.Cost:
         return cc.recv(self.raw, policy.compressor, a["tensor"], a["src"], a.get("group"))
 
 

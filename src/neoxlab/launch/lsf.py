@@ -8,7 +8,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from neoxlab.comm.policy import jsrun_smpiargs
+from neoxlab.comm.scheme import jsrun_smpiargs
 from neoxlab.config import Config
 from neoxlab.launch import jobscript
 from neoxlab.run.rankjob import RankProgram
@@ -43,7 +43,7 @@ def render(cfg: Config, run_dir: Path, program: RankProgram) -> str:
         cores_per_rs=str(cores_per_rs),
         gpus_per_rs=str(1 if c.gpus_per_node else 0),
         bind=f"packed:{cores_per_rs}",
-        # every job names Spectrum's CUDA hook: -gpu, -disable_gpu_hooks or off (policy.py)
+        # every job names Spectrum's CUDA hook: -gpu, -disable_gpu_hooks or off (comm/scheme.py)
         smpiargs=f" --smpiargs={jsrun_smpiargs(cfg)}",
         warn_minutes=str(max(1, math.ceil(cfg.launch.warn_before_s / 60))),  # -wt: minutes
         site_directives=jobscript.site_directives("#BSUB", [

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from neoxlab.comm.policy import mpi_affinity_environment
+from neoxlab.comm.scheme import mpi_affinity_environment
 from neoxlab.config import Config
 from neoxlab.engines.registry import engine_of
 from neoxlab.run.rankjob import RankProgram

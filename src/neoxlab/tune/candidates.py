@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from neoxlab.comm.compression_rules import validate_compression
-from neoxlab.comm.policy import communication_dtype
+from neoxlab.comm.scheme import communication_dtype
 from neoxlab.compress import CompressionConfigError, make_compressor, parse_spec
 from neoxlab.compress.registry import tune_candidates
 from neoxlab.config import Config, DimCompressionConfig

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from neoxlab.comm.policy import mpi_device_environment, mpi_environment
+from neoxlab.comm.scheme import mpi_device_environment, mpi_environment
 from neoxlab.config import Config
 from neoxlab.files import REPO_ROOT
 

@@ -26,7 +26,7 @@ import torch.distributed as dist  # only where a world group exists
 
 from neoxlab.comm.online import PLAN_FILE, RECORD_FILE, DimTable, Measured, Recheck
 from neoxlab.comm.patch import CompressionPatch
-from neoxlab.comm.policy import DimPolicy
+from neoxlab.comm.scheme import DimCompression
 from neoxlab.compress import make_compressor
 
 FIELDS = ("comm_s", "codec_s", "bytes_out", "ranks")  # per dimension, summed over ranks
@@ -183,6 +183,6 @@ class OnlineRecheck:
 
     def _apply(self, dim: str, label: str) -> None:
         s = self.tables[dim].option(label).setting
-        self.patch.switch(dim, DimPolicy(make_compressor({"name": s["compressor"],
+        self.patch.switch(dim, DimCompression(make_compressor({"name": s["compressor"],
                                                           **s["params"]}),
                                          s["min_bytes"], s["error_feedback"]))

@@ -1,5 +1,5 @@
-"""A compression scheme as per-dimension policies, and the MPI library's switches (its rules:
-comm/compression_rules.py)."""
+"""A compression scheme as one DimCompression per parallel dimension, and the MPI library's
+switches (its rules: comm/compression_rules.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ GROUP_OF = {"dp": "dp", "zero": "dp", "tp": "tp", "pp": "pp"}  # zero runs on th
 
 
 @dataclass
-class DimPolicy:
+class DimCompression:
     compressor: Compressor
     min_bytes: int
     error_feedback: bool
@@ -22,11 +22,11 @@ class DimPolicy:
         return self.compressor.name != "none"
 
 
-def build_policies(cfg: CompressionConfig) -> dict[str, DimPolicy]:
-    """One policy per compressed dimension (missing dimensions are uncompressed)."""
+def build_dim_compression(cfg: CompressionConfig) -> dict[str, DimCompression]:
+    """One DimCompression per compressed dimension (missing dimensions are uncompressed)."""
     policies = {}
     for dim, d in cfg.dims.items():
-        policies[dim] = DimPolicy(
+        policies[dim] = DimCompression(
             make_compressor({"name": d.compressor, **d.params}), d.min_bytes, d.error_feedback
         )
     return policies
