@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from neoxlab.compress import kernels as codec_kernels
 from neoxlab.config.compose import compose_experiment
 from neoxlab.layout import resolve_layout
 from neoxlab.run import device
@@ -61,6 +62,9 @@ def launcher_env(monkeypatch):
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
         monkeypatch.setattr(torch.cuda, "device_count", lambda: fake.visible)
         monkeypatch.setattr(torch.cuda, "set_device", fake.set_device)
+        # a V100 (the codec kernel choice asks the visible GPU's compute capability)
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 0))
+        monkeypatch.setattr(codec_kernels, "_DECISIONS", {})  # the fake GPU's stay here
         return fake
 
     return start
