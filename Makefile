@@ -89,7 +89,8 @@ build/nvrtc/%/.installed: | $(STAMP)
 OLDEST_VENV := build/venv-oldest
 OLDEST_PIP := torch==2.1.2 deepspeed==0.10.0 "numpy<2" pandas==2.2.3 pyarrow==17.0.0 \
   hydra-core==1.3.8 omegaconf==2.3.1 zfpy==1.0.1.post0 mpi4py==4.1.2 mpich==5.0.2 psutil==7.2.2 \
-  tqdm==4.70.1 pytest==9.2.0 pytest-timeout==2.4.0
+  tqdm==4.70.1 pytest==9.2.0 pytest-timeout==2.4.0 jupytext==1.19.6 nbclient==0.11.0 \
+  matplotlib==3.11.2
 OLDEST_TESTS := tests/unit/test_compressors.py tests/unit/test_fixed_payloads.py \
   tests/unit/test_zfp_torch.py tests/unit/test_nvrtc_codecs.py tests/unit/test_codec_kernel_choice.py \
   tests/unit/test_mpi_group.py tests/unit/test_side_stream.py tests/unit/test_lassen_mpi_flags.py

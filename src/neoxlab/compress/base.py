@@ -376,7 +376,11 @@ def checked_size(c: Compressor, buf: torch.Tensor, nbytes: int) -> torch.Tensor:
 
 def finite_absmax(x: torch.Tensor) -> float | None:
     """max|x| in one pass without temporaries, or None if x holds NaN or Inf."""
-    lo, hi = torch.stack(torch.aminmax(x)).float().tolist()  # one device sync
+    try:
+        lo, hi = torch.aminmax(x)
+    except RuntimeError:  # torch < 2.2 (the oldest supported set) has no CPU aminmax for fp16
+        lo, hi = x.min(), x.max()
+    lo, hi = torch.stack((lo, hi)).float().tolist()  # one device sync
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return None
     return max(-lo, hi)

@@ -36,8 +36,15 @@ def topk_indices(mag: torch.Tensor, k: int) -> torch.Tensor:
         threshold = torch.kthvalue(sample, sample.numel() - want + 1).values
         cand = (mag >= threshold).nonzero().squeeze(1)
         if cand.numel() >= k:
-            return cand[torch.topk(mag[cand], k, sorted=False).indices]
-    return torch.topk(mag, k, sorted=False).indices
+            return cand[_topk(mag[cand], k)]
+    return _topk(mag, k)
+
+
+def _topk(mag: torch.Tensor, k: int) -> torch.Tensor:
+    try:
+        return torch.topk(mag, k, sorted=False).indices
+    except RuntimeError:  # torch < 2.2 (the oldest supported set) has no CPU topk for fp16
+        return torch.topk(mag.float(), k, sorted=False).indices
 
 
 # Host tensors may take the sampled threshold (a sync costs nothing there); devices do not.
