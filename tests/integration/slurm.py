@@ -89,6 +89,8 @@ def wait_for_job(job_id: str, timeout_s: float, poll_s: float = 0.5) -> str:
         state = job_state(job_id)
         if state in FINAL_STATES:
             return state
+        if "no longer known" in state:  # no later poll can answer: say so now
+            raise RuntimeError(f"Slurm job {job_id}: {state} (MinJobAge in .ci/slurm-up)")
         time.sleep(poll_s)
     raise TimeoutError(f"Slurm job {job_id} not finished after {timeout_s}s (state {state})")
 
