@@ -22,42 +22,16 @@ import torch.multiprocessing as mp
 from neoxlab.comm import strict
 from neoxlab.comm.online import RECORD_FILE
 from neoxlab.engines.builtin.online import OnlineRecheck, RecheckFailed, group_device
-from tests.unit.test_tune_online import MBIT, RATIO, STEP_BYTES, fake_patch, fixture_table
+from tests.unit.test_tune_online import (
+    MBIT,
+    RATIO,
+    STEP_BYTES,
+    ThreadWorld,
+    fake_patch,
+    fixture_table,
+)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-class DeviceWorld:
-    """Ranks as threads; the group serves one device and refuses a tensor on any other."""
-
-    def __init__(self, size: int, device: torch.device):
-        self.size, self.device = size, device
-        self.barrier = threading.Barrier(size, timeout=30)
-        self.slots: list[torch.Tensor | None] = [None] * size
-
-    def member(self, rank: int):
-        world = self
-
-        class Member:
-            device = world.device
-
-            def all_reduce(self, tensor):
-                strict.check_devices("all_reduce", (tensor,), {})
-                world.slots[rank] = tensor.clone()
-                world.barrier.wait()
-                total = sum(world.slots)
-                world.barrier.wait()
-                tensor.copy_(total)
-
-            def broadcast(self, tensor, src):
-                strict.check_devices("broadcast", (tensor,), {})
-                world.slots[rank] = tensor.clone()
-                world.barrier.wait()
-                source = world.slots[src]
-                world.barrier.wait()
-                tensor.copy_(source)
-
-        return Member()
 
 
 def plan() -> dict:
@@ -78,7 +52,7 @@ def run_steps(online: OnlineRecheck, patch, steps: int) -> None:
 def test_the_recheck_hands_the_group_only_tensors_on_its_device(tmp_path):
     """Every tensor the re-check all-reduces or broadcasts names the group's device: under
     default device meta, one allocated without `device=` is refused."""
-    world = DeviceWorld(2, torch.device("cpu"))
+    world = ThreadWorld(2, torch.device("cpu"))
     errors: dict[int, str] = {}
     current: dict[int, str] = {}
 

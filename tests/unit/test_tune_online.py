@@ -12,6 +12,7 @@ import threading
 import pytest
 import torch
 
+from neoxlab.comm import strict
 from neoxlab.comm.classify import Classifier, Grid
 from neoxlab.comm.compression_rules import validate_compression, validate_online_engine
 from neoxlab.comm.online import BASELINE, RECORD_FILE, DimTable, Measured, Option, Recheck
@@ -148,10 +149,11 @@ def test_a_dimension_without_traffic_in_the_window_is_not_checked():
 
 class ThreadWorld:
     """In-process stand-in for the world group: ranks are threads; all-reduce sums,
-    broadcast copies the source's tensor."""
+    broadcast copies the source's tensor. The group serves one device and, in strict mode
+    (comm/strict.py), refuses a tensor on any other, as NCCL does."""
 
-    def __init__(self, size: int):
-        self.size = size
+    def __init__(self, size: int, device: torch.device | None = None):
+        self.size, self.device = size, device or torch.device("cpu")
         self.barrier = threading.Barrier(size, timeout=30)
         self.slots: list[torch.Tensor | None] = [None] * size
 
@@ -159,9 +161,10 @@ class ThreadWorld:
         world = self
 
         class Member:
-            device = torch.device("cpu")
+            device = world.device
 
             def all_reduce(self, tensor):
+                strict.check_devices("all_reduce", (tensor,), {})
                 world.slots[rank] = tensor.clone()
                 world.barrier.wait()
                 total = sum(world.slots)
@@ -169,6 +172,7 @@ class ThreadWorld:
                 tensor.copy_(total)
 
             def broadcast(self, tensor, src):
+                strict.check_devices("broadcast", (tensor,), {})
                 world.slots[rank] = tensor.clone()
                 world.barrier.wait()
                 source = world.slots[src]
