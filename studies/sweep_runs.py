@@ -27,6 +27,9 @@ LAYOUTS = {  # name -> overrides of experiment emulated_sweep
     # pipeline stages across the nodes: TP=2 inside a node x PP=2 over the uplink, 2
     # micro-batches a step (no DP, so no gradient or ZeRO traffic between nodes)
     "2x2-pp": ["parallel.pp=2", "parallel.grad_accum=2"],
+    # DP=4 over 2 nodes of 2 ranks (no TP): two gradient flows share each uplink; the held-out
+    # layout of issue 54 (no model term was developed on it)
+    "2x2-dp4": ["parallel.tp=1"],
 }
 TUNED = "tuned"  # the table's name for the tuner's pick at a point
 STEP_OPS = ("all_reduce", "reduce", "all_gather", "all_to_all")  # prefixes: reduce_scatter too
