@@ -37,7 +37,7 @@ from neoxlab.tune.candidates import (
 )
 from neoxlab.tune.choose import Scored, combine, eligible, score_candidates
 from neoxlab.tune.probe import Run
-from neoxlab.tune.ranked import export_ranked, spread
+from neoxlab.tune.ranked import export_ranked, neighbours, spread
 from neoxlab.tune.report import Outcome, write_config
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -739,6 +739,77 @@ def test_tune_json_has_the_predicted_uplink_bytes_on_the_emulated_cluster_only()
 def test_a_ranked_export_of_one_is_refused():
     assert any("tune.export_ranked=1" in e for e in tune_task.rules(ranked_cfg(1), 2))
     assert not any("export_ranked" in e for e in tune_task.rules(ranked_cfg(2), 2))
+
+
+def built_ranking(cfg) -> tuple[Outcome, list[str]]:
+    """A ranking set by hand (predicted steps in seconds, fastest first): a scheme its probe
+    rejected (1.0), tp=int8 alone (1.5), the pick (2.0), dp=bf16 (2.5), zero=fp16 which
+    failed stage (a) (3.0), tp=ZFP 12 (3.5), dp=ZFP 8 (4.0), zero=int8 (4.5), none (5.0).
+    Also the labels of the pick and the three guard-passing options predicted next slower."""
+    base, _ = score_candidates(cfg, [], slow_link_profile(cfg, 1e-4), "fixture")
+
+    def at(step: float, *parts: Candidate) -> Scored:
+        prediction = dataclasses.replace(base.prediction, step_s=step)
+        return Scored(Scheme("x", {c.dim: c for c in parts}), prediction)
+
+    def dp(codec: str) -> Candidate:
+        return Candidate("dp", codec, allreduce="auto", reduce_to_owner=False)
+
+    def tp(codec: str) -> Candidate:
+        return Candidate("tp", codec, allreduce="auto")
+
+    rejected = at(1.0, dp("int8"), tp("int8"))
+    pick = at(2.0, dp("int8"), Candidate("zero", "bf16"))
+    singles = [at(1.5, tp("int8")), at(2.5, dp("bf16")), at(3.0, Candidate("zero", "fp16")),
+               at(3.5, tp("zfp:rate=12")), at(4.0, dp("zfp:rate=8")),
+               at(4.5, Candidate("zero", "int8"))]
+    verdicts = {(s.candidate.dim, s.candidate.codec): guard.Verdict(
+        s.candidate.codec != "fp16", "fixture") for s in singles}
+    out = Outcome(cfg.experiment, base, singles, [], {}, verdicts, "fixture", [rejected, pick],
+                  {rejected.scheme.label: guard.Verdict(False, "fixture: deviates"),
+                   pick.scheme.label: guard.Verdict(True, "fixture: passes")},
+                  {rejected.scheme.label: (1.0, 0.5), pick.scheme.label: (0.1, 0.5)}, pick,
+                  {"total": 1.0}, profile=slow_link_profile(cfg, 1e-4))
+    wanted = [pick.scheme.label, singles[1].scheme.label, singles[3].scheme.label,
+              singles[4].scheme.label]
+    return out, wanted
+
+
+def test_the_neighbour_export_is_the_pick_and_the_next_three_in_predicted_order(tmp_path):
+    """Not the option predicted faster than the pick, not the one stage (a) failed, not the
+    baseline: the pick and the three guard-passing options predicted right after it."""
+    cfg = local("tune.export_neighbours=3")
+    out, wanted = built_ranking(cfg)
+    rows = export_ranked(cfg, out, tmp_path)
+    assert [r["label"] for r in rows] == wanted
+    assert [r["chosen"] for r in rows] == [True, False, False, False]
+    assert [r["predicted_step_s"] for r in rows] == [2.0, 2.5, 3.5, 4.0]
+    # positions in the whole guard-passing ranking: tp=int8 alone is 1st, the pick 2nd
+    assert [r["position"] for r in rows] == [2, 3, 4, 5]
+    assert rows == json.loads((tmp_path / "ranked.json").read_text())
+    assert [f.stem for f in sorted((tmp_path / "ranked").glob("*.yaml"))] == [
+        r["name"] for r in rows]
+    # the spread export of as many options spans the same ranking instead
+    spread_rows = export_ranked(local("tune.export_ranked=4"), out, tmp_path / "spread")
+    assert [r["label"] for r in spread_rows] != wanted
+    assert spread_rows[-1]["label"] == "none"  # the baseline, always in the spread export
+
+
+def test_the_neighbour_export_stops_where_the_ranking_ends():
+    assert neighbours(9, 2, 3) == [2, 3, 4, 5]
+    assert neighbours(5, 3, 3) == [3, 4]
+    assert neighbours(5, 4, 3) == [4]  # the pick predicted slowest: itself alone
+
+
+def test_the_neighbour_export_is_validated_with_the_value_the_rule_and_the_fix():
+    (error,) = [e for e in tune_task.rules(local("tune.export_neighbours=-1"), 2)
+                if "export_neighbours" in e]
+    assert "tune.export_neighbours=-1" in error and ">= 1" in error
+    (error,) = [e for e in tune_task.rules(
+        local("tune.export_neighbours=3", "tune.export_ranked=12"), 2) if "export_" in e]
+    assert "tune.export_ranked=12 and tune.export_neighbours=3" in error
+    assert "one export at a time" in error and "set one of them to 0" in error
+    assert not any("export_" in e for e in tune_task.rules(local("tune.export_neighbours=3"), 2))
 
 
 def test_every_fixed_scheme_is_predicted_even_where_its_codec_is_no_candidate(tmp_path):

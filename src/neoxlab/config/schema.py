@@ -363,6 +363,10 @@ class TuneConfig:
     # > 0: up to this many guard-passing schemes, spread over the predicted ranking (the
     # baseline and the pick always among them), as configs in <run_dir>/ranked/ (regret runs)
     export_ranked: int = 0
+    # > 0: the pick and this many options predicted next slower among the guard-passing ones
+    # (its nearest neighbours in the ranking), as configs in <run_dir>/ranked/ (regret runs);
+    # one export at a time: export_ranked or this
+    export_neighbours: int = 0
 
 
 @dataclass

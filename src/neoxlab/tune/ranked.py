@@ -1,15 +1,19 @@
-"""The tuner's ranking for regret runs (tune.export_ranked = K > 0): up to K schemes spread
-evenly over the predicted ranking of every option the guard let through, each as a
-compression config, so that running them shows how far the pick is from the best one.
+"""The tuner's ranking for regret runs, each exported option as a compression config, so
+that running them shows how far the pick is from the best one. Two exports, one at a time:
+tune.export_ranked = K > 0, up to K schemes spread evenly over the predicted ranking of every
+option the guard let through (the whole ranking's shape: Kendall's tau); tune.export_neighbours
+= N > 0, the pick and the N options predicted next slower (the options a wrong pick most
+likely displaced: the regret that matters).
 
 The options: every candidate alone on its dimension (the others uncompressed) that passed
-stage (a), every combined scheme no probe rejected, the baseline and the chosen scheme
-(both always exported); one per effective compression (per compressed dimension its codec
-and the all-reduce algorithm the patch runs there, auto and all-gather on 2 ranks being one;
-and zero.reduce_to_owner), and none whose compression a probe rejected. They go to
-<run_dir>/ranked/<NN>_<slug>.yaml (NN: 01 the fastest predicted; the file's `scheme:` is its
-stem, so a copy in configs/compression/ runs as `compression=<stem>`) and
-<run_dir>/ranked.json.
+stage (a), every combined scheme no probe rejected, the baseline and the chosen scheme (both
+always in the spread export); one per effective compression (per compressed dimension its
+codec and the all-reduce algorithm the patch runs there, auto and all-gather on 2 ranks
+being one; and zero.reduce_to_owner), and none whose compression a probe rejected. They go
+to <run_dir>/ranked/<NN>_<slug>.yaml (NN: 01 the fastest predicted exported; the file's
+`scheme:` is its stem, so a copy in configs/compression/ runs as `compression=<stem>`) and
+<run_dir>/ranked.json, whose rows keep each option's predicted step and its position in the
+whole ranking.
 """
 
 from __future__ import annotations
@@ -100,22 +104,38 @@ def slug(label: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", label.lower()).strip("_")[:SLUG_CHARS].rstrip("_")
 
 
-def export_ranked(cfg: Config, out: Outcome, run_dir: Path) -> list[dict]:
-    """Write the ranked configs and ranked.json (its rows returned); nothing when
-    tune.export_ranked is 0."""
-    k = cfg.tune.export_ranked
-    if k <= 0:
-        return []
+def neighbours(n: int, at: int, k: int) -> list[int]:
+    """The positions of the pick (at) and of the k options after it among n ranked ones
+    (fewer where the ranking ends first)."""
+    return list(range(at, min(n, at + k + 1)))
+
+
+def exported(cfg: Config, out: Outcome) -> list[tuple[int, Scored]]:
+    """The options tune.export_ranked or tune.export_neighbours asks for, with their
+    positions in the ranking of every guard-passing option (0: the fastest predicted)."""
     options = guard_passing(cfg, out)
-    keep = {i for i, s in enumerate(options)
-            if effective(cfg, s.scheme) in (effective(cfg, out.base.scheme),
-                                             effective(cfg, out.chosen.scheme))}
-    chosen = [options[i] for i in spread(len(options), k, keep)]
+    keys = [effective(cfg, s.scheme) for s in options]
+    if cfg.tune.export_neighbours > 0:
+        at = keys.index(effective(cfg, out.chosen.scheme))
+        positions = neighbours(len(options), at, cfg.tune.export_neighbours)
+    else:
+        keep = {i for i, key in enumerate(keys)
+                if key in (effective(cfg, out.base.scheme), effective(cfg, out.chosen.scheme))}
+        positions = spread(len(options), cfg.tune.export_ranked, keep)
+    return [(i, options[i]) for i in positions]
+
+
+def export_ranked(cfg: Config, out: Outcome, run_dir: Path) -> list[dict]:
+    """Write the exported configs and ranked.json (its rows returned); nothing when
+    tune.export_ranked and tune.export_neighbours are 0."""
+    if cfg.tune.export_ranked <= 0 and cfg.tune.export_neighbours <= 0:
+        return []
+    chosen = exported(cfg, out)
     (run_dir / RANKED_DIR).mkdir(parents=True, exist_ok=True)
     rows = []
-    for rank, s in enumerate(chosen, 1):
+    for rank, (position, s) in enumerate(chosen, 1):
         name = f"{rank:02d}_{slug(s.scheme.label)}"
-        row = ranked_row(cfg, out, s, name)
+        row = ranked_row(cfg, out, s, name, position + 1)
         header = ranked_header(cfg, out, row, rank, len(chosen), run_dir)
         rundir.write_atomic(run_dir / RANKED_DIR / f"{name}.yaml",
                             render_scheme(cfg, s.scheme, name, header))
@@ -124,9 +144,10 @@ def export_ranked(cfg: Config, out: Outcome, run_dir: Path) -> list[dict]:
     return rows
 
 
-def ranked_row(cfg: Config, out: Outcome, s: Scored, name: str) -> dict:
+def ranked_row(cfg: Config, out: Outcome, s: Scored, name: str, position: int) -> dict:
     key = effective(cfg, s.scheme)
-    row = {"name": name, "label": s.scheme.label, "predicted_step_s": s.step_s,
+    row = {"name": name, "label": s.scheme.label, "position": position,
+           "predicted_step_s": s.step_s,
            "predicted_samples_per_s": s.prediction.samples_per_s,
            "chosen": key == effective(cfg, out.chosen.scheme),
            "baseline": key == effective(cfg, out.base.scheme)}
@@ -141,7 +162,8 @@ def ranked_header(cfg: Config, out: Outcome, row: dict, rank: int, total: int,
     base = out.base.step_s
     roles = [r for r in ("chosen", "baseline") if row[r]]
     name = row["name"]
-    return [f"Ranked {rank} of {total} (fastest predicted first) by task=tune for experiment "
+    return [f"Exported {rank} of {total} (fastest predicted first; position "
+            f"{row['position']} among the guard-passing options) by task=tune for experiment "
             f"{cfg.experiment} ({now()}; {run_dir}).",
             f"{row['label']}: predicted step {row['predicted_step_s']:.4g} s against "
             f"{base:.4g} s uncompressed ({(base / row['predicted_step_s'] - 1) * 100:+.1f} % "

@@ -4,7 +4,7 @@
 
 A run dir under <results>/tune/<exp>/ holds the frozen config, the profile used
 (profile.json), every real run it made (runs/), tune.json, the chosen scheme's YAML and,
-with tune.export_ranked, ranked/ and ranked.json (tune/ranked.py);
+with tune.export_ranked or tune.export_neighbours, ranked/ and ranked.json (tune/ranked.py);
 the table goes to <results>/tables/<exp>.tune.* and the figure to
 <results>/figures/<exp>.tune.*. launch.submit=false plans the run dir and stops there.
 """
@@ -69,6 +69,13 @@ def rules(cfg: Config, world: int) -> list[str]:
     if t.export_ranked < 0 or t.export_ranked == 1:
         errors.append(f"tune.export_ranked={t.export_ranked}: 0 (off) or >= 2 (the baseline "
                       "and the chosen scheme are always exported)")
+    if t.export_neighbours < 0:
+        errors.append(f"tune.export_neighbours={t.export_neighbours}: 0 (off) or >= 1 (the "
+                      "pick and that many options predicted next slower); use e.g. 3")
+    if t.export_ranked > 0 and t.export_neighbours > 0:
+        errors.append(f"tune.export_ranked={t.export_ranked} and tune.export_neighbours="
+                      f"{t.export_neighbours}: one export at a time (both write <run dir>/"
+                      "ranked/); set one of them to 0")
     if t.budget_reference:
         try:
             make_compressor(t.budget_reference)
@@ -137,7 +144,7 @@ def summary(cfg: Config, out: Outcome, config: Path, ranked: int) -> dict:
                                                              out.profile),
         "baseline_uplink_payload_bytes_per_step": uplink_bytes(cfg, out.base.scheme,
                                                                out.profile),
-        "ranked": ranked,  # schemes in <run_dir>/ranked.json (tune.export_ranked)
+        "ranked": ranked,  # schemes in <run_dir>/ranked.json (export_ranked, export_neighbours)
         # stage (b)'s probes in the order run (runs/probe<k>): deviation, threshold, verdict
         "probes": [{"run": f"probe{k}", "label": label, "deviation": dev, "threshold": thr,
                     "ok": out.scheme_verdicts[label].ok,
