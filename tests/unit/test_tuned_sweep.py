@@ -5,6 +5,7 @@ import csv
 import importlib.util
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -175,3 +176,69 @@ def test_the_sweep_table_is_rebuilt_from_its_data_file_alone(tmp_path):
     (check,) = sweep.tuned_checks(table)
     assert check["best_fixed"] == "int8" and check["vs_best_fixed"] == pytest.approx(1 / 1.2)
     assert check["bytes_error"] == pytest.approx(2e6 / 2.1e6 - 1)
+
+
+def regret_row(rate: str, label: str, speed: float, predicted: float, repeat: int,
+               chosen: bool = False) -> dict:
+    """One run's row as tune_regret.py appends it (the run's own row left small)."""
+    return {"layout": "2x2", "rate_mbit": rate, "mode": "neighbours", "label": label,
+            "name": f"0x_{label}", "config": f"tuned_x_{label}", "tune_dir": "/gone/tune",
+            "position": None, "predicted_step_s": predicted, "chosen": chosen,
+            "baseline": False, "repeat": repeat, "run_dir": f"/gone/{rate}{label}{repeat}",
+            "samples_per_s": speed, "step_s": 8 / speed, "external": 0.0,
+            "run": {"run_id": f"{rate}{label}{repeat}", "steps": [1, 2, 3]}}
+
+
+def test_the_regret_table_is_rebuilt_from_its_data_file_alone(tmp_path, capsys):
+    """--from-data: per option the median of its 3 runs (an outlier run of the pick left
+    out), the regret (best median over the pick's) and the rank agreement per rate."""
+    speeds = {  # rate -> option -> (predicted step, samples/s of runs 1-3); pick first
+        "200": {"pick": (1.0, (0.9, 1.0, 0.2)), "b": (1.1, (1.05, 0.95, 1.0)),
+                "c": (1.2, (0.7, 0.8, 0.75)), "d": (1.3, (0.5, 0.6, 0.55))},
+        "120": {"pick": (2.0, (0.5, 0.52, 0.51)), "b": (2.2, (0.45, 0.4, 0.44)),
+                "c": (2.4, (0.3, 0.35, 0.33)), "d": (2.6, (0.2, 0.25, 0.22))}}
+    rows = [regret_row(rate, label, runs[n], predicted, n + 1, chosen=label == "pick")
+            for n in range(3) for rate, options in speeds.items()
+            for label, (predicted, runs) in options.items()]
+    path = tmp_path / "regret.runs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert tune_regret.main(["--from-data", str(path), "--results", str(tmp_path)]) == 0
+    with (tmp_path / "tables" / "tune_regret.options.csv").open() as f:
+        table = {(r["rate_mbit"], r["label"]): r for r in csv.DictReader(f)}
+    assert len(table) == 8 and {r["runs"] for r in table.values()} == {"3"}
+    assert float(table["200", "pick"]["samples_per_s"]) == 0.9  # not the 0.2 outlier
+    assert float(table["200", "pick"]["samples_per_s_min"]) == 0.2
+    assert [table["200", label]["measured_rank"] for label in ("b", "pick")] == ["1", "2"]
+    with (tmp_path / "tables" / "tune_regret.csv").open() as f:
+        points = {r["rate_mbit"]: r for r in csv.DictReader(f)}
+    assert points["200"]["best"] == "b"
+    assert float(points["200"]["regret"]) == pytest.approx(1.0 / 0.9)
+    # pick and b measured in reverse of their prediction: 1 of 6 pairs swapped
+    assert float(points["200"]["kendall_tau"]) == pytest.approx(4 / 6)
+    assert float(points["120"]["regret"]) == 1.0 and float(points["120"]["kendall_tau"]) == 1.0
+    printed = capsys.readouterr().out
+    assert printed.count("**pick**") == 2 and "regret 1.111" in printed
+
+
+def test_the_neighbour_runs_are_interleaved_and_a_second_call_runs_only_what_is_missing():
+    todo = {rate: [{"layout": "2x2", "rate_mbit": rate, "mode": "neighbours", "label": label}
+                   for label in ("pick", "b")] for rate in ("200", "120")}
+    order = [(n, o["rate_mbit"], o["label"])
+             for n, o in tune_regret.schedule(todo, 2, Counter())]
+    assert order == [(1, "200", "pick"), (1, "120", "pick"), (1, "200", "b"), (1, "120", "b"),
+                     (2, "200", "pick"), (2, "120", "pick"), (2, "200", "b"), (2, "120", "b")]
+    done = Counter({("2x2", "200", "neighbours", "pick"): 2, ("2x2", "120", "neighbours", "b"): 1})
+    order = [(n, o["rate_mbit"], o["label"]) for n, o in tune_regret.schedule(todo, 2, done)]
+    assert order == [(1, "120", "pick"), (1, "200", "b"), (2, "120", "pick"), (2, "200", "b"),
+                     (2, "120", "b")]
+
+
+def test_the_neighbour_mode_runs_three_repeats_of_eight_steps_by_default():
+    args = tune_regret.parse(["--neighbours", "3", "--rates", "200", "120"])
+    assert (args.repeats, args.steps, args.export) == (3, 8, "tune.export_neighbours=3")
+    args = tune_regret.parse(["--neighbours", "3", "--repeats", "5"])
+    assert args.repeats == 5
+    args = tune_regret.parse([])
+    assert (args.repeats, args.steps, args.export) == (1, 5, "tune.export_ranked=12")
+    with pytest.raises(SystemExit):
+        tune_regret.parse(["--neighbours", "0"])
