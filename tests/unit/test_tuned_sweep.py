@@ -242,3 +242,33 @@ def test_the_neighbour_mode_runs_three_repeats_of_eight_steps_by_default():
     assert (args.repeats, args.steps, args.export) == (1, 5, "tune.export_ranked=12")
     with pytest.raises(SystemExit):
         tune_regret.parse(["--neighbours", "0"])
+
+
+def test_a_second_call_goes_on_with_the_options_of_the_same_tune(tmp_path, monkeypatch):
+    """A point with runs in the data file is not tuned again (a new tune may pick
+    differently): its options are read back from the tune its runs name."""
+    tune_dir = tmp_path / "tune"
+    (tune_dir / "ranked").mkdir(parents=True)
+    entries = [{"name": "01_pick", "label": "dp=int8", "predicted_step_s": 1.0, "chosen": True},
+               {"name": "02_next", "label": "dp=bf16", "predicted_step_s": 1.2, "chosen": False}]
+    (tune_dir / "ranked.json").write_text(json.dumps(entries))
+    for e in entries:
+        (tune_dir / "ranked" / f"{e['name']}.yaml").write_text(f"scheme: {e['name']}\n")
+    (tmp_path / "configs" / "compression").mkdir(parents=True)
+    monkeypatch.setattr(tune_regret, "REPO_ROOT", tmp_path)
+
+    def tune_again(*args, **kwargs):
+        raise AssertionError("tuned again")
+
+    monkeypatch.setattr(tune_regret, "tune_point", tune_again)
+    earlier = [{**regret_row("200", "dp=int8", 1.0, 1.0, 1, chosen=True),
+                "tune_dir": str(tune_dir)}]
+    got = tune_regret.options("2x2", "200", "neighbours", "tune.export_neighbours=3", earlier,
+                              tune_regret.parse(["--neighbours", "3"]))
+    assert [o["label"] for o in got] == ["dp=int8", "dp=bf16"]
+    for o in got:
+        path = tmp_path / "configs" / "compression" / f"{o['config']}.yaml"
+        assert path.read_text() == f"scheme: {o['config']}\n"
+    with pytest.raises(SystemExit, match="is gone"):
+        tune_regret.options("2x2", "200", "neighbours", "x", [{**earlier[0],
+                                                              "tune_dir": "/gone"}], None)
