@@ -94,6 +94,9 @@ def options(layout: str, rate: str, mode: str, export: str, runs: list[dict],
         (REPO_ROOT / "configs" / "compression" / f"{name}.yaml").write_text(text)
         out.append({**entry, "config": name, "layout": layout, "rate_mbit": rate,
                     "mode": mode, "tune_dir": str(tune_dir)})
+    if mode == "neighbours" and len(out) < args.neighbours + 1:
+        print(f"{layout} {rate:>5}: only {len(out) - 1} guard-passing options predicted "
+              f"slower than the pick (asked {args.neighbours}); running those", flush=True)
     return out
 
 
