@@ -64,3 +64,37 @@ def test_loss_study_tables_come_back_from_its_data_file(tmp_path, capsys):
         done[("naive", 2)] / "metrics.jsonl").read_text().splitlines()]))[-1]
     (line,) = [x for x in live.splitlines() if x.startswith("| naive |")]
     assert line.split(" | ")[2] == f"{naive_2:.4f}"
+
+
+def test_perfmodel_validation_table_comes_back_from_its_data_file(tmp_path, capsys):
+    """The calibration document and each layout's measured step and load go to the file; the
+    table predicted again from it alone is the one printed after the runs."""
+    import dataclasses
+
+    from neoxlab.config.compose import compose_experiment
+
+    validation = study("perfmodel_validation")
+    base = compose_experiment("local_3d", []).cluster.profile
+    fitted = dataclasses.replace(base, calibration=None, achievable_tflops=0.061,
+                                 layer_overhead_us=5200.0, source="calibrated in a test")
+    calib_run = fake_run(tmp_path / "results" / "dp4_mb1" / "local_3d", "run1", [5.0, 4.9])
+    doc = {"profile": json.loads(json.dumps(dataclasses.asdict(fitted))),
+           "measured": {"runs": [{"run_dir": str(calib_run), "external": 0.1,
+                                  "measured_step_s": 0.4, "fitted_step_s": 0.41}]}}
+    measured = []
+    for k, (name, overrides) in enumerate(list(validation.VALIDATION.items())[:3]):
+        run_dir = fake_run(tmp_path / "results" / name, "run", [5.0, 4.8, 4.7])
+        measured.append({"layout": name, "overrides": overrides, "run_dir": str(run_dir),
+                         "measured_step_s": 0.4 + 0.1 * k, "external": 0.2 * k or None})
+    path = tmp_path / "perfmodel.runs.jsonl"
+    rundata.append(path, validation.data_rows(doc, tmp_path / "calibration.json", measured))
+    live_bad = validation.report(doc, validation.resolved_from(doc, tmp_path / "live"),
+                                 measured)
+    live = capsys.readouterr().out
+    assert validation.from_data(path) == live_bad
+    again = capsys.readouterr().out
+    assert again == live
+    assert "61.00 GFLOPS/core" in live  # the document's profile, not the YAML's
+    rows = [x.split() for x in live.splitlines() if x.split()[:1] in ([m["layout"]]
+                                                                     for m in measured)]
+    assert [r[-3] for r in rows] == [f"{m['measured_step_s']:.4f}" for m in measured]
