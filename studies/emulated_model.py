@@ -9,9 +9,16 @@ in any fit. No run's throughput is fitted: compute and overheads come from the l
 
     .venv/bin/python studies/emulated_model.py --measure   # omb runs and codec timings, ~13 min
     .venv/bin/python studies/emulated_model.py             # reuse both
+    .venv/bin/python studies/emulated_model.py --data docs/measurements/data/<date>-model.jsonl
+    .venv/bin/python studies/emulated_model.py --from-data docs/measurements/data/<...>.jsonl
 
 Writes results/tables/emulated_sweep.{model,curves,crossover}.csv and
 results/calibration/emulated.json, prints the errors, the crossovers and the Lassen line.
+--data writes the model's inputs to a data file (results/rundata.py rows): every omb run's
+rows it fitted (rate, flows, nodes; size, time), every sweep row it predicted (with the
+codec seconds a step of the compressed runs at the fit rates), the local profile and the
+one-thread codec timings; --from-data fits and predicts again from that file alone (no
+emulated cluster, no run dirs) and prints the same tables.
 """
 
 from __future__ import annotations
@@ -19,20 +26,25 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import functools
 import json
 import math
 import statistics
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from omegaconf import OmegaConf
 from sweep_runs import LAYOUTS, TABLE, codec_s, rows_of, step_collectives
 
-from neoxlab.commands.calibrate import CODEC_SPECS, measure_codec
+from neoxlab.compress.registry import calibration_specs
 from neoxlab.config.compose import compose_experiment
-from neoxlab.config.profile import CodecProfile
+from neoxlab.config.profile import CodecProfile, PerfProfile
 from neoxlab.perfmodel import emulated as em
+from neoxlab.perfmodel.codec_timing import measure_codec
 from neoxlab.perfmodel.predict import predict
+from neoxlab.results import rundata
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -75,9 +87,9 @@ def model_codecs(results: Path, local: dict[str, CodecProfile], measure: bool
     calibration = results / CALIBRATION
     if not measure and calibration.exists():
         saved = json.loads(calibration.read_text()).get("codecs", {})
-        if set(CODEC_SPECS) <= set(saved):
-            return codecs | {k: CodecProfile(**saved[k]) for k in CODEC_SPECS}
-    return codecs | {name: measure_codec(spec)[0] for name, spec in CODEC_SPECS.items()}
+        if set(calibration_specs()) <= set(saved):
+            return codecs | {k: CodecProfile(**saved[k]) for k in calibration_specs()}
+    return codecs | {name: measure_codec(spec)[0] for name, spec in calibration_specs().items()}
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -90,6 +102,12 @@ def write_csv(rows: list[dict], path: Path) -> None:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
+
+
+@functools.cache
+def lassen_predictions() -> dict:
+    """The Lassen experiments as the model predicts them (configs only: no measured input)."""
+    return {name: predict(compose_experiment(name, [])) for name in LASSEN}
 
 
 def inter_share(pred) -> float:
@@ -123,7 +141,13 @@ def predict_rows(measured: list[dict], base, links: em.UplinkModel,
 
 
 def point_config(row: dict, model: str):
-    return em.sweep_config(row["scheme"], row["rate_mbit"], LAYOUTS[row["layout"]], model)
+    return sweep_config(row["scheme"], row["rate_mbit"], row["layout"], model)
+
+
+@functools.cache
+def sweep_config(scheme: str, rate: str, layout: str, model: str):
+    """A sweep point's config, composed once (the fits and every table ask for it again)."""
+    return em.sweep_config(scheme, rate, LAYOUTS[layout], model)
 
 
 def _external(row: dict) -> float | None:
@@ -136,12 +160,18 @@ def codec_s_per_step(run_dir: Path) -> float:
     return codec_s(*step_collectives(run_dir)) / steps
 
 
+def fitted_codec_runs(measured: list[dict], fit_rates: list[str]) -> list[dict]:
+    """The sweep rows the codec scale is fitted on: the compressed runs at the fit rates."""
+    return [r for r in measured if r["rate_mbit"] in fit_rates and r["scheme"] != "none"]
+
+
 def fit_codec_scale(measured: list[dict], base, links: em.UplinkModel,
                     codecs: dict[str, CodecProfile], args) -> float:
     """The codec profile's time scaled to the compressed runs at the fit rates (no held-out
-    point is used): twice, as the codec term is not quite linear in the codec time."""
-    fit = [r for r in measured if r["rate_mbit"] in args.fit_rates and r["scheme"] != "none"]
-    ran = [codec_s_per_step(Path(r["run_dir"])) for r in fit]
+    point is used; their codec seconds a step in `codec_s_per_step`): twice, as the codec
+    term is not quite linear in the codec time."""
+    fit = fitted_codec_runs(measured, args.fit_rates)
+    ran = [float(r["codec_s_per_step"]) for r in fit]
     scale = 1.0
     for _ in range(2):
         now = em.scaled_codecs(codecs, scale)
@@ -161,6 +191,67 @@ def held_out_summary(rows: list[dict]) -> str:
             f"{sum(e <= 0.15 for e in errs)}/{len(errs)}")
 
 
+OMB_FIELDS = ("benchmark", "size", "avg_us")  # what an omb fit reads of a row (read_omb's)
+
+
+@dataclass
+class Inputs:
+    """Everything the model is fitted on and predicts, from the run dirs or a data file."""
+
+    omb: dict[em.FitKey, list[list[dict]]]  # per fit point, each run's omb rows
+    omb_dirs: dict[em.FitKey, list[str]]
+    base: PerfProfile  # the local profile (its calibration applied)
+    origin: str
+    codecs: dict[str, CodecProfile]  # the local profile's and the one-thread timings
+    measured: list[dict]  # the sweep's rows; the fit-rate compressed ones with codec_s_per_step
+
+
+def live_inputs(results: Path, args) -> Inputs:
+    runs = omb_runs(results, args.fit_rates, args.fit_flows, args.fit_nodes, args.measure,
+                    args.fit_runs)
+    base, origin = em.local_profile(results)
+    measured = read_rows(results / TABLE)
+    for r in fitted_codec_runs(measured, args.fit_rates):
+        r["codec_s_per_step"] = codec_s_per_step(Path(r["run_dir"]))
+    return Inputs({k: [[{f: r[f] for f in OMB_FIELDS} for r in em.read_omb(d)] for d in dirs]
+                   for k, dirs in runs.items()},
+                  {k: [str(d) for d in dirs] for k, dirs in runs.items()},
+                  base, origin, model_codecs(results, base.codecs, args.measure), measured)
+
+
+def data_rows(inputs: Inputs, calibration: Path, args) -> list[dict]:
+    """The --data file's rows: one per omb run, one per sweep row, and the profiles."""
+    omb = [{"kind": "omb", "run_dir": d, "rate_mbit": rate, "flows": flows, "nodes": nodes,
+            "rows": rows}
+           for (rate, flows, nodes), dirs in inputs.omb_dirs.items()
+           for d, rows in zip(dirs, inputs.omb[rate, flows, nodes], strict=True)]
+    sweep = [{"kind": "sweep", **r} for r in inputs.measured]
+    profile = {"kind": "profiles", "run_dir": str(calibration), "origin": inputs.origin,
+               "base_profile": dataclasses.asdict(inputs.base),
+               "codecs": {k: dataclasses.asdict(v) for k, v in inputs.codecs.items()},
+               "fit_rates": args.fit_rates, "model": args.model}
+    return [*omb, *sweep, profile]
+
+
+def data_inputs(path: Path) -> tuple[Inputs, dict]:
+    """The model's inputs from a --data file alone; and its profiles row (fit rates, model)."""
+    data = rundata.read(path)
+    (prof,) = [r for r in data if r["kind"] == "profiles"]
+    omb: dict[em.FitKey, list[list[dict]]] = {}
+    dirs: dict[em.FitKey, list[str]] = {}
+    for r in data:
+        if r["kind"] == "omb":
+            key = (r["rate_mbit"], int(r["flows"]), int(r["nodes"]))
+            omb.setdefault(key, []).append(r["rows"])
+            dirs.setdefault(key, []).append(r["run_dir"])
+    base = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(PerfProfile),
+                                               prof["base_profile"]))
+    measured = [{k: v for k, v in r.items() if k != "kind"} for r in data
+                if r["kind"] == "sweep"]
+    return Inputs(omb, dirs, base, prof["origin"],
+                  {k: CodecProfile(**v) for k, v in prof["codecs"].items()}, measured), prof
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -174,27 +265,43 @@ def main() -> int:
     parser.add_argument("--one-thread-codecs", action="store_true",
                         help="the codecs as timed on one thread, not scaled to the fit-rate runs")
     parser.add_argument("--results", type=Path, default=REPO / "results")
+    parser.add_argument("--data", type=Path, default=None,
+                        help="write the model's inputs (omb rows, sweep rows, profiles) here")
+    parser.add_argument("--from-data", type=Path, default=None,
+                        help="no runs: fit and predict from a data file alone")
     args = parser.parse_args()
     results = args.results.resolve()
-    runs = omb_runs(results, args.fit_rates, args.fit_flows, args.fit_nodes, args.measure,
-                    args.fit_runs)
-    fits = {key: em.median_fit([em.fit_rate(em.read_omb(d), key[2]) for d in dirs])
-            for key, dirs in runs.items()}
+    if args.from_data is not None:
+        inputs, prof = data_inputs(args.from_data)
+        args.fit_rates, args.model = prof["fit_rates"], prof["model"]
+        model(inputs, results, args, calibrate=False)
+        return 0
+    inputs = live_inputs(results, args)
+    if args.data is not None:
+        rundata.append(args.data, data_rows(inputs, results / CALIBRATION, args))
+    model(inputs, results, args)
+    return 0
+
+
+def model(inputs: Inputs, results: Path, args, calibrate: bool = True,
+          curve_rates=CURVE_RATES) -> list[dict]:
+    """The fits, the predictions, the crossovers and the Lassen line: printed, and written
+    under `results` (the calibration document only with `calibrate`); returns the model's
+    rows."""
+    fits = {key: em.median_fit([em.fit_rate(rows, key[2]) for rows in runs])
+            for key, runs in inputs.omb.items()}
     links = em.UplinkModel.from_fits(fits)
-    base, origin = em.local_profile(results)
-    codecs = model_codecs(results, base.codecs, args.measure)
+    base, origin, codecs = inputs.base, inputs.origin, inputs.codecs
     doc = {"links": links.as_dict(),
            "codecs": {k: dataclasses.asdict(v) for k, v in codecs.items()},
            "base_profile": origin,
-           "omb_runs": {f"{r} Mbit/s, {f} flow(s), {n} nodes": [str(d) for d in dirs]
-                        for (r, f, n), dirs in runs.items()}}
+           "omb_runs": {f"{r} Mbit/s, {f} flow(s), {n} nodes": dirs
+                        for (r, f, n), dirs in inputs.omb_dirs.items()}}
     out = results / CALIBRATION
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=2))
     for (rate, flows, nodes), f in fits.items():
         print(f"omb fit {rate:>5} Mbit/s, {flows} flow(s), {nodes} nodes: alpha "
               f"{f.latency_us:8.1f} us  B {f.bandwidth_gbs * 1e3:9.2f} MB/s per flow  (median "
-              f"of {len(runs[rate, flows, nodes])} runs)")
+              f"of {len(inputs.omb[rate, flows, nodes])} runs)")
     eff = ", ".join(f"{n} nodes x {f} flow(s) {e:.3f}"
                     for (f, n), e in links.efficiency.items())
     bare = ", ".join(f"{n} nodes x {f} flow(s) {b * 1e3:.1f}"
@@ -203,17 +310,20 @@ def main() -> int:
           f"p = {links.sharpness:g}; alpha {links.latency_us:.0f} us; unshaped MB/s an uplink "
           f"carries with {bare}")
 
-    measured = read_rows(results / TABLE)
+    measured = inputs.measured
     one_thread = predict_rows(measured, base, links, codecs, args)
     scale = 1.0
     if not args.one_thread_codecs:
         scale = fit_codec_scale(measured, base, links, codecs, args)
         doc["codec_scale"] = scale
+    if calibrate:
+        out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(doc, indent=2))
     codecs = em.scaled_codecs(codecs, scale)
     model_rows = predict_rows(measured, base, links, codecs, args) if scale != 1.0 \
         else one_thread
     tables = results / "tables"
+    tables.mkdir(parents=True, exist_ok=True)
     write_csv(model_rows, tables / "emulated_sweep.model.csv")
     print(f"\n{'layout':<6}{'rate':>6} {'scheme':<9}{'meas':>8}{'pred':>8}{'err':>8}"
           f"{'gain m':>8}{'gain p':>8}{'comm m':>8}{'comm p':>8}  held-out")
@@ -236,9 +346,9 @@ def main() -> int:
         schemes = list(dict.fromkeys(r["scheme"] for r in here))
         cluster = point_config(here[0], args.model).cluster
         bare_rate = links.bare_rate_mbit(cluster.ranks_per_node, cluster.nodes)
-        for rate in CURVE_RATES:
-            preds = {s: em.predict_point(em.sweep_config(s, f"{rate:g}", LAYOUTS[layout],
-                                                         args.model), base, links, codecs, ext)
+        for rate in curve_rates:
+            preds = {s: em.predict_point(sweep_config(s, f"{rate:g}", layout, args.model),
+                                         base, links, codecs, ext)
                      for s in schemes}
             b = preds["none"]
             for s, p in preds.items():
@@ -263,9 +373,10 @@ def main() -> int:
                   f"{'-' if pred is None else f'{pred:.0f}'} Mbit/s (x{ratio:.2f}; the bare "
                   f"link at {bare_rate:.0f})")
     write_csv(curves, tables / "emulated_sweep.curves.csv")
-    write_csv(crossings, tables / "emulated_sweep.crossover.csv")
+    if crossings:
+        write_csv(crossings, tables / "emulated_sweep.crossover.csv")
 
-    lassen = {name: predict(compose_experiment(name, [])) for name in LASSEN}
+    lassen = lassen_predictions()
     b = lassen["baseline_192gpu"]
     comm = sum(b.breakdown[d] for d in ("tp", "pp", "dp", "zero")) / b.step_s
     gains = ", ".join(f"{p.scheme} {p.samples_per_s / b.samples_per_s - 1:+.1%}"
@@ -275,7 +386,7 @@ def main() -> int:
         {"baseline_comm_share": comm,
          "gains": {p.scheme: p.samples_per_s / b.samples_per_s - 1
                    for n, p in lassen.items() if n != "baseline_192gpu"}}, indent=2))
-    return 0
+    return model_rows
 
 
 if __name__ == "__main__":

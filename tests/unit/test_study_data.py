@@ -21,6 +21,7 @@ def study(name: str):
         sys.path.insert(0, str(STUDIES))
     spec = importlib.util.spec_from_file_location(name, STUDIES / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses look their module up by name
     spec.loader.exec_module(module)
     return module
 
@@ -98,3 +99,69 @@ def test_perfmodel_validation_table_comes_back_from_its_data_file(tmp_path, caps
     rows = [x.split() for x in live.splitlines() if x.split()[:1] in ([m["layout"]]
                                                                      for m in measured)]
     assert [r[-3] for r in rows] == [f"{m['measured_step_s']:.4f}" for m in measured]
+
+
+def omb_rows(per_flow_gbs: float, nodes: int) -> list[dict]:
+    """An emulated_omb run's all-reduce and all-gather rows on a link of this bandwidth a
+    flow, alpha 2 ms (as read_omb leaves them)."""
+    from neoxlab.perfmodel.fit import BANDWIDTH_BENCHMARKS, steps_and_bytes
+
+    rows = []
+    for benchmark in BANDWIDTH_BENCHMARKS:
+        for size in (4096 << k for k in range(11)):  # up to 4 MiB
+            steps, wire = steps_and_bytes(benchmark, nodes, size)
+            rows.append({"benchmark": benchmark, "size": size,
+                         "avg_us": (steps * 2e-3 + wire / (per_flow_gbs * 1e9)) * 1e6})
+    return rows
+
+
+def test_emulated_model_fits_and_predicts_again_from_its_data_file(tmp_path, capsys):
+    """The model's inputs (omb rows, sweep rows with the fit-rate runs' codec seconds, the
+    local profile, the codec timings) go to the file; fitted and predicted again from it
+    alone, every table is the one the study printed from its inputs."""
+    import argparse
+
+    from neoxlab.compress.registry import calibration_specs
+    from neoxlab.config.profile import CodecProfile
+    from neoxlab.perfmodel import emulated as em
+
+    model = study("emulated_model")
+    omb, dirs = {}, {}
+    for rate, bare in (("none", 0.03), ("200", None), ("10", None)):
+        for flows in (1, 2):
+            per_flow = (bare if bare else 0.8 * float(rate) / 8e3) / flows
+            omb[rate, flows, 2] = [omb_rows(per_flow * f, 2) for f in (0.95, 1.05)]
+            dirs[rate, flows, 2] = [f"/gone/omb-{rate}-{flows}-{k}" for k in (1, 2)]
+    base = em.local_profile(tmp_path / "nowhere")[0]
+    codecs = base.codecs | {n: CodecProfile(encode_gbs=0.3, decode_gbs=0.4, call_us=50.0)
+                            for n in calibration_specs()}
+    measured = []
+    for rate, speed in (("none", 1.0), ("200", 0.9), ("40", 0.5), ("10", 0.2)):
+        for scheme, gain in (("none", 0.0), ("naive", 0.1 if rate in ("40", "10") else -0.2)):
+            row = {"layout": "2x2", "rate_mbit": rate, "scheme": scheme,
+                   "samples_per_s": str(speed * (1 + gain)), "comm_share": "0.6",
+                   "gain_samples": str(gain), "external": "0.3",
+                   "run_dir": f"/gone/sweep-{rate}-{scheme}"}
+            if scheme != "none" and rate != "40":
+                row["codec_s_per_step"] = 0.7
+            measured.append(row)
+    inputs = model.Inputs(omb, dirs, base, "the local profile (test)", codecs, measured)
+    args = argparse.Namespace(fit_rates=["none", "200", "10"], model="neox_small",
+                              one_thread_codecs=False)
+    path = tmp_path / "model.jsonl"
+    rundata.append(path, model.data_rows(inputs, tmp_path / "emulated.json", args))
+    rates = [10.0, 60.0, 400.0]
+    capsys.readouterr()
+    live_rows = model.model(inputs, tmp_path / "live", args, curve_rates=rates)
+    live = capsys.readouterr().out
+    again, prof = model.data_inputs(path)
+    assert prof["fit_rates"] == args.fit_rates and prof["model"] == args.model
+    assert model.model(again, tmp_path / "again", args, calibrate=False,
+                       curve_rates=rates) == live_rows
+    assert capsys.readouterr().out == live
+    for table in ("model", "curves", "crossover"):
+        name = f"emulated_sweep.{table}.csv"
+        assert (tmp_path / "again" / "tables" / name).read_text() == \
+            (tmp_path / "live" / "tables" / name).read_text()
+    assert [r["rate_mbit"] for r in live_rows if r["held_out"]] == ["40", "40"]
+    assert "codecs " in live  # the codec scale was fitted to the runs' codec seconds
