@@ -12,6 +12,11 @@ throughput >= 1.3x (hf_cb runs a Llama twin of matched shape: transformers 5.24 
 GPT-NeoX in continuous batching), fused vs fused_noreorder >= 1.2x, our sequential vs
 transformers' generate on the same weights >= 1x. `cpu s` is the process CPU time, the
 fairer number on a shared machine. --json writes rows, ratios and the tuning.
+
+--data PATH (docs/measurements/data/<date>-flover.jsonl) writes a data file
+(results/rundata.py): every policy's row at every gap (times, tokens, TPOT, latencies, CPU
+seconds) and one row with the settings, hf_cb's search and sizing;
+`python studies/flover.py --from-data PATH` prints the same tables and ratios from it alone.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from pathlib import Path
 import torch
 
 from neoxlab.config import ModelConfig
+from neoxlab.results import rundata
 from neoxlab.serve.distributed import init_single_process
 from neoxlab.serve.hf_cb import CBSizing
 from neoxlab.serve.policies import POLICIES
@@ -35,6 +41,40 @@ from neoxlab.serve.workload import WorkloadSpec, make_workload
 
 GOALS = {"fused_vs_sequential_total_time": 8.0, "fused_vs_hf_cb_throughput": 1.3,
          "fused_vs_noreorder_total_time": 1.2, "sequential_vs_hf_generate_tokens_per_s": 1.0}
+
+
+def report(rows: list[dict], tuning: list[dict], sizing: dict | None) -> None:
+    """The hf_cb search, each gap's table and the ratios against their goals."""
+    for gap in dict.fromkeys(r["gap_ms"] for r in rows):
+        if tuning and gap == rows[0]["gap_ms"]:
+            print("hf_cb search (probe tok/s):")
+            for t in tuning:
+                print("  " + "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                                       for k, v in t.items()))
+            print(f"hf_cb timed with {sizing}")
+        print(format_table([r for r in rows if r["gap_ms"] == gap]), flush=True)
+    print("\nratios (fused's advantage; goal in brackets):")
+    for gap, r in ratios(rows).items():
+        for key, value in r.items():
+            goal = f" [goal >= {GOALS[key]}]" if key in GOALS else ""
+            shown = "-" if value is None else f"{value:.2f}x"
+            print(f"  gap {gap} ms  {key}: {shown}{goal}")
+
+
+def data_rows(args: argparse.Namespace, rows: list[dict], tuning: list[dict],
+              sizing: dict | None, attention: str) -> list[dict]:
+    """The --data file: a row per policy and gap, then the settings and hf_cb's search."""
+    return [*({"kind": "policy", **r} for r in rows),
+            {"kind": "settings", "args": {k: str(v) for k, v in vars(args).items()},
+             "decode_attention": attention, "hf_cb_sizing": sizing, "hf_cb_tuning": tuning}]
+
+
+def from_data(path: Path) -> None:
+    data = rundata.read(path)
+    (settings,) = [r for r in data if r["kind"] == "settings"]
+    print(f"decode attention: {settings['decode_attention']}")
+    report([{k: v for k, v in r.items() if k != "kind"} for r in data if r["kind"] == "policy"],
+           settings["hf_cb_tuning"], settings["hf_cb_sizing"])
 
 
 def main() -> None:
@@ -60,7 +100,12 @@ def main() -> None:
                     help="decode attention through SDPA, not the C++ kernel "
                     "(serve.native_attention=false)")
     ap.add_argument("--json", type=Path, help="write rows, ratios and hf_cb tuning here")
+    ap.add_argument("--data", type=Path, help="write every row and the settings to a data file")
+    ap.add_argument("--from-data", type=Path, help="no runs: the tables of a data file")
     args = ap.parse_args()
+    if args.from_data:
+        from_data(args.from_data)
+        return
     torch.set_num_threads(args.threads)
     max_seq = args.prompt[1] + args.out[1]
     model_cfg = ModelConfig(num_layers=args.layers, hidden_size=args.hidden,
@@ -84,19 +129,12 @@ def main() -> None:
                             tuple(args.out), model_cfg.vocab_size, 1234)
         got, _ = runner.run_all(args.policies.split(","), make_workload(spec), gap)
         rows += got
-        if runner.cb_tuning and gap == args.gap_ms[0]:
-            print("hf_cb search (probe tok/s):")
-            for t in runner.cb_tuning:
-                print("  " + "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                                       for k, v in t.items()))
-            print(f"hf_cb timed with {runner.cb_sizing}")
         print(format_table(got), flush=True)
-    print("\nratios (fused's advantage; goal in brackets):")
-    for gap, r in ratios(rows).items():
-        for key, value in r.items():
-            goal = f" [goal >= {GOALS[key]}]" if key in GOALS else ""
-            shown = "-" if value is None else f"{value:.2f}x"
-            print(f"  gap {gap} ms  {key}: {shown}{goal}")
+    sizing = asdict(runner.cb_sizing) if runner.cb_tuning else None
+    print()
+    report(rows, runner.cb_tuning, sizing)
+    if args.data:
+        rundata.write(args.data, data_rows(args, rows, runner.cb_tuning, sizing, attention))
     if args.json:
         args.json.write_text(json.dumps({
             "args": {k: str(v) for k, v in vars(args).items()}, "rows": rows,

@@ -165,3 +165,30 @@ def test_emulated_model_fits_and_predicts_again_from_its_data_file(tmp_path, cap
             (tmp_path / "live" / "tables" / name).read_text()
     assert [r["rate_mbit"] for r in live_rows if r["held_out"]] == ["40", "40"]
     assert "codecs " in live  # the codec scale was fitted to the runs' codec seconds
+
+
+def test_flover_tables_and_ratios_come_back_from_its_data_file(tmp_path, capsys):
+    """Rows shaped as the serving runner gives them (serve.runner.run_all) at two gaps."""
+    import argparse
+
+    flover = study("flover")
+    rows = [{"gap_ms": gap, "policy": policy, "requests": 4, "output_tokens": 40,
+             "total_s": total, "cpu_s": total / 2, "tokens_per_s": 40 / total,
+             "latency_mean_s": total / 2, "latency_p50_s": total / 2, "latency_p99_s": total,
+             "ttft_mean_s": 0.01, "tpot_mean_s": total / 40, "rows": n, "fused_steps": 5,
+             "model": "gpt-neox (ours)"}
+            for gap in (20.0, 100.0)
+            for policy, total, n in (("fused", 0.5, 40), ("sequential", 4.5, 40),
+                                     ("fused_noreorder", 0.9, 64))]
+    tuning = [{"pages": 8, "probe_tok_s": 31.5}]
+    sizing = {"pages": 8, "page_size": 32}
+    args = argparse.Namespace(layers=1, hidden=32, gap_ms=[20.0, 100.0])
+    path = tmp_path / "flover.jsonl"
+    rundata.write(path, flover.data_rows(args, rows, tuning, sizing, "sdpa"))
+    flover.report(rows, tuning, sizing)
+    live = capsys.readouterr().out
+    flover.from_data(path)
+    assert capsys.readouterr().out == "decode attention: sdpa\n" + live
+    # the ratios are the rows' own: sequential's total time over fused's, at each gap
+    assert live.count("fused_vs_sequential_total_time: 9.00x") == 2
+    assert "fused_vs_noreorder_total_time: 1.80x" in live
