@@ -26,13 +26,17 @@ def study(name: str):
     return module
 
 
-def fake_run(root: Path, name: str, losses: list[float], step_s: float = 0.5) -> Path:
+def fake_run(root: Path, name: str, losses: list[float], step_s: float = 0.5,
+             speeds: list[float] | None = None, config: dict | None = None) -> Path:
     """A run dir as a training run leaves it (the parts rundata.run_row reads)."""
     run_dir = root / name
     run_dir.mkdir(parents=True)
+    speeds = speeds or [8 / step_s] * len(losses)
     (run_dir / "metrics.jsonl").write_text("".join(
         json.dumps({"step": i + 1, "loss": v, "iteration_s": step_s + 0.01 * i,
-                    "samples_per_s": 8 / step_s}) + "\n" for i, v in enumerate(losses)))
+                    "samples_per_s": w}) + "\n"
+        for i, (v, w) in enumerate(zip(losses, speeds, strict=True))))
+    (run_dir / "config.json").write_text(json.dumps(config or {}))
     (run_dir / "summary.json").write_text(json.dumps(
         {"comm": {"dp": {"bytes_in": 100, "bytes_out": 40, "calls": 3}},
          "final_loss": losses[-1]}))
@@ -192,3 +196,35 @@ def test_flover_tables_and_ratios_come_back_from_its_data_file(tmp_path, capsys)
     # the ratios are the rows' own: sequential's total time over fused's, at each gap
     assert live.count("fused_vs_sequential_total_time: 9.00x") == 2
     assert "fused_vs_noreorder_total_time: 1.80x" in live
+
+
+def test_tune_online_pairs_come_back_from_their_data_file(tmp_path, capsys):
+    """A changed run (uplinks drop after step 10, the re-check sees it at 12 and switches at
+    14) and a run tuned for 40 Mbit/s: the pair's result from the file is the one from the
+    runs, its re-tune 4 steps after the drop and its speeds the medians on either side."""
+    online = study("tune_online_emulated")
+    steps = 20
+    changed_speeds = [1.0] * 10 + [0.3] * 4 + [0.8 + 0.01 * i for i in range(6)]
+    changed = fake_run(tmp_path, "changed", [5.0] * steps, speeds=changed_speeds,
+                       config={"train": {"steps": steps}})
+    tuned = fake_run(tmp_path, "tuned", [5.0] * steps, speeds=[0.5, 0.6] + [0.9] * 18,
+                     config={"train": {"steps": steps}})
+    dim = {"changed": False}
+    rechecks = [{"step": 8, "switches": {}, "dims": [dim]},
+                {"step": 12, "switches": {}, "dims": [{"changed": True}]},
+                {"step": 14, "switches": {"dp": "int8"}, "dims": [{"changed": True}]}]
+    (changed / "tune_online.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rechecks))
+    path = tmp_path / "online.runs.jsonl"
+    for pair in (1, 2):
+        rundata.append(path, [{**r, "run_dir": f"{r['run_dir']}-{pair}"} for r in
+                              online.pair_rows(changed, tuned, pair, 10, 2)])
+    live = online.pair_result(*online.pair_rows(changed, tuned, 1, 10, 2), steps=steps)
+    again = online.pairs_from_data(path)
+    assert [{**r, "changed_run": live["changed_run"], "tuned_for_40_run": live["tuned_for_40_run"]}
+            for r in again] == [live, live]
+    assert live["change_seen_at"] == 12 and live["switched_at"] == 14
+    assert live["steps_to_retune"] == 4
+    assert live["samples_per_s_after"] == np.median(changed_speeds[14:])
+    assert live["samples_per_s_tuned_for_40"] == 0.9
+    assert online.summary(again) == 0
+    assert "summary: 2 pairs; steps to the re-tune [4, 4]" in capsys.readouterr().out
