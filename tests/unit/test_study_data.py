@@ -4,6 +4,8 @@ own writer and reader, so a field the writer drops or the reader misreads fails)
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import importlib.util
 import json
 import sys
@@ -11,6 +13,11 @@ from pathlib import Path
 
 import numpy as np
 
+from neoxlab.compress.registry import calibration_specs
+from neoxlab.config.compose import compose_experiment
+from neoxlab.config.profile import CodecProfile
+from neoxlab.perfmodel import emulated as em
+from neoxlab.perfmodel.fit import BANDWIDTH_BENCHMARKS, steps_and_bytes
 from neoxlab.results import rundata
 
 STUDIES = Path(__file__).resolve().parents[2] / "studies"
@@ -74,10 +81,6 @@ def test_loss_study_tables_come_back_from_its_data_file(tmp_path, capsys):
 def test_perfmodel_validation_table_comes_back_from_its_data_file(tmp_path, capsys):
     """The calibration document and each layout's measured step and load go to the file; the
     table predicted again from it alone is the one printed after the runs."""
-    import dataclasses
-
-    from neoxlab.config.compose import compose_experiment
-
     validation = study("perfmodel_validation")
     base = compose_experiment("local_3d", []).cluster.profile
     fitted = dataclasses.replace(base, calibration=None, achievable_tflops=0.061,
@@ -108,8 +111,6 @@ def test_perfmodel_validation_table_comes_back_from_its_data_file(tmp_path, caps
 def omb_rows(per_flow_gbs: float, nodes: int) -> list[dict]:
     """An emulated_omb run's all-reduce and all-gather rows on a link of this bandwidth a
     flow, alpha 2 ms (as read_omb leaves them)."""
-    from neoxlab.perfmodel.fit import BANDWIDTH_BENCHMARKS, steps_and_bytes
-
     rows = []
     for benchmark in BANDWIDTH_BENCHMARKS:
         for size in (4096 << k for k in range(11)):  # up to 4 MiB
@@ -123,12 +124,6 @@ def test_emulated_model_fits_and_predicts_again_from_its_data_file(tmp_path, cap
     """The model's inputs (omb rows, sweep rows with the fit-rate runs' codec seconds, the
     local profile, the codec timings) go to the file; fitted and predicted again from it
     alone, every table is the one the study printed from its inputs."""
-    import argparse
-
-    from neoxlab.compress.registry import calibration_specs
-    from neoxlab.config.profile import CodecProfile
-    from neoxlab.perfmodel import emulated as em
-
     model = study("emulated_model")
     omb, dirs = {}, {}
     for rate, bare in (("none", 0.03), ("200", None), ("10", None)):
@@ -173,8 +168,6 @@ def test_emulated_model_fits_and_predicts_again_from_its_data_file(tmp_path, cap
 
 def test_flover_tables_and_ratios_come_back_from_its_data_file(tmp_path, capsys):
     """Rows shaped as the serving runner gives them (serve.runner.run_all) at two gaps."""
-    import argparse
-
     flover = study("flover")
     rows = [{"gap_ms": gap, "policy": policy, "requests": 4, "output_tokens": 40,
              "total_s": total, "cpu_s": total / 2, "tokens_per_s": 40 / total,
