@@ -99,6 +99,13 @@ def total_params(model: ModelConfig, tp: int = 1) -> int:
     return embed + head + model.num_layers * layer_params(model) + 2 * model.hidden_size
 
 
+def stage_layers(num_layers: int, pp: int) -> tuple[int, ...]:
+    """Transformer layers of every pipeline stage: DeepSpeed balances their count, the
+    first stages taking one more where they do not divide."""
+    base, extra = divmod(num_layers, pp)
+    return tuple(base + (1 if s < extra else 0) for s in range(pp))
+
+
 def estimate_memory(cfg: Config, layout: Layout) -> MemoryEstimate:
     """Busiest device's bytes for weights, gradients, Adam states and activations.
 

@@ -16,7 +16,7 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 LAYERS: dict[str, int] = {
     # 0: the bottom: schema, pure arithmetic, file helpers
     "neoxlab.files": 0, "neoxlab.comm_scratch": 0, "neoxlab.config": 0, "neoxlab.layout": 0,
-    "neoxlab.metrics": 0, "neoxlab.registry": 0,
+    "neoxlab.metrics": 0, "neoxlab.registry": 0, "neoxlab.messages": 0,
     # 1: a run dir and the per-rank frame; rank start-up (standard library only)
     "neoxlab.run": 1, "neoxlab.forkserver": 1,
     # 2: libraries

@@ -9,7 +9,7 @@ and neox/ with those functions, and one entry in ENGINES (see ARCHITECTURE.md).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +25,9 @@ from neoxlab.engines.neox.render import wire_dtypes as neox_wire_dtypes
 from neoxlab.engines.neox.render import write_neox_yml
 from neoxlab.engines.neox.rules import check_local_checkout, check_neox_inputs, validate_neox
 from neoxlab.engines.neox.stop import resume_step as neox_resume_step
+from neoxlab.engines.neox.traffic import messages as neox_messages
 from neoxlab.layout import Layout
+from neoxlab.messages import Message
 from neoxlab.registry import Registry
 from neoxlab.run import rundir
 
@@ -61,6 +63,10 @@ class Engine:
     # the dtype each dimension's payloads travel in (tp, pp, dp, zero -> fp32 | fp16 | bf16),
     # from the engine's files as rendered (the performance model's bytes and codec ratios)
     wire_dtypes: Callable[[Config], dict[str, str]] = deepspeed_wire_dtypes
+    # its own TP and pipeline messages of one step (config, layout, each dimension's wire
+    # bits), per pipeline stage; None: the performance model's counts for megatron-core
+    # layers in DeepSpeed's pipeline (perfmodel/traffic.py)
+    traffic: Callable[[Config, Layout, Mapping[str, int]], list[Message]] | None = None
 
 
 def _builtin_rules(cfg: Config, trains: bool) -> list[str]:
@@ -90,7 +96,7 @@ ENGINES: Registry[Engine] = Registry("engine.name", "neoxlab/engines/registry.py
                    rank_env=neox_launch.rank_env, submit_checks=check_neox_inputs,
                    data_rules=check_local_checkout, after_job=collect_metrics,
                    steps_in_logs=True, fused_parallel_residual=True, resume_step=neox_resume_step,
-                   wire_dtypes=neox_wire_dtypes),
+                   wire_dtypes=neox_wire_dtypes, traffic=neox_messages),
 })
 
 

@@ -6,6 +6,7 @@ crosses (n ranks, M bytes):
   all-reduce (ring)  2(n-1) alpha + 2 (n-1)/n M / B
   all-gather         (n-1) alpha + (n-1)/n M / B        (M: the gathered output)
   p2p                alpha_p2p + M / B   (alpha_p2p: the link's p2p latency, else alpha)
+  broadcast          ceil(log2 n) (alpha + M / B)       (a binomial tree)
   reduce to owners   n^2 alpha + (n-1)/n M / B + (n-1)/n M / B_full
 
 A reduce to owners is n reduces of M/n, one to each part's owner (ZeRO-1/2's
@@ -87,6 +88,9 @@ def plain(msg: Message, link: LinkProfile) -> float:
                                                                full=True)
     if msg.op == "all_gather":
         return wire(link, n - 1, (n - 1) / n * m)
+    if msg.op == "broadcast":
+        rounds = math.ceil(math.log2(n))
+        return wire(link, rounds, rounds * m)
     return wire(link, 1, m, p2p=True)
 
 

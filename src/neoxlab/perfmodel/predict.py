@@ -316,7 +316,7 @@ def codec_for(cfg: Config, p: PerfProfile, msg: traffic.Message, notes: list[str
     messages the compressing side leaves alone: under its min_bytes for the framework patch,
     outside the library's documented rules for compression.backend=mpi."""
     d = cfg.compression.dims.get(msg.dim)
-    if d is None or d.compressor == "none":
+    if d is None or d.compressor == "none" or msg.raw:
         return None
     min_bytes, feedback = d.min_bytes, d.error_feedback and msg.dim == "dp"
     if cfg.compression.backend == "mpi":

@@ -1,7 +1,9 @@
 """What one training step sends: messages per dimension from the model shape and layout.
 
 Counts follow the builtin engine (megatron-core TP layers in a DeepSpeed pipeline) and were
-checked against the comm accounting of real runs (tests/unit/test_perfmodel.py):
+checked against the comm accounting of real runs (tests/unit/test_perfmodel.py). An engine
+whose record states its own TP and pipeline traffic (`Engine.traffic`: GPT-NeoX's, per
+pipeline stage, with its attention mask; engines/neox/traffic.py) replaces the first two:
 
 - TP, per transformer layer and micro-batch: the forward all-reduces after the row-parallel
   attention and MLP outputs (2; GPT-NeoX with parallel residual reduces their sum once: 1),
@@ -13,7 +15,9 @@ checked against the comm accounting of real runs (tests/unit/test_perfmodel.py):
   head's backward all-reduce and 3 small all-reduces of vocab-parallel cross entropy; the
   first stage the embedding's forward all-reduce. With TP and PP, stage boundaries carry
   1/tp of an activation and the receiving stage all-gathers it over TP (2 per micro-batch).
-- PP, per micro-batch on the critical path: the activation forward and its gradient back.
+- PP, per micro-batch on the critical path: the activation forward and its gradient back
+  (a p2p is accounted on both ends of its stage pair, as the comm accounting records a send
+  and its recv: 2 calls per rank, 2 payloads per boundary).
 - DP: one all-reduce of the stage's gradients per step (DeepSpeed's ZeRO-1 reduces buckets
   with all-reduce), then with ZeRO >= 1 an all-gather of the updated parameters.
 - control: a few scalar all-reduces per step (loss, overflow check, gradient norm; about 3
@@ -34,27 +38,13 @@ from dataclasses import dataclass
 
 from neoxlab.config import Config, ConfigError
 from neoxlab.engines.registry import engine_of
-from neoxlab.layout import Layout, estimate_memory
+from neoxlab.layout import Layout, estimate_memory, stage_layers
+from neoxlab.messages import Message
 
 BITS = {"fp32": 32, "fp16": 16, "bf16": 16, "fp64": 64}  # element width of a wire dtype
 WIRE_DIMS = ("tp", "pp", "dp", "zero")  # the dimensions whose payload dtype varies
 CE_ALLREDUCES = 3  # max logit, target logit, sum of exponentials (fp32, one per token)
 CONTROL_ALLREDUCES = 3  # per step: loss, overflow check, gradient norm (scalars)
-
-
-@dataclass(frozen=True)
-class Message:
-    """`count` calls of one collective of `nbytes` (uncompressed, per rank) over `group`."""
-
-    dim: str  # tp | pp | dp | zero | control
-    op: str  # all_reduce | reduce_to_owners | all_gather | p2p
-    # all_reduce, reduce_to_owners (each 1/group part reduced to its owner, as ZeRO's
-    # zero.reduce_to_owner): the buffer; all_gather: the gathered output; p2p: the payload
-    nbytes: float
-    group: int  # ranks in the group (2 for p2p)
-    count: float
-    per: str  # "microbatch" (on the critical path of every pipeline slot) or "step"
-    float_bits: int  # element width, for compression ratios
 
 
 @dataclass(frozen=True)
@@ -71,9 +61,8 @@ def stage_shape(cfg: Config, layout: Layout) -> Shape:
     m = cfg.model
     act = layout.micro_batch * m.seq_length * m.hidden_size
     params = estimate_memory(cfg, layout).params_per_device
-    base, extra = divmod(m.num_layers, layout.pp)
-    stages = tuple(base + (1 if s < extra else 0) for s in range(layout.pp))
-    return Shape(math.ceil(m.num_layers / layout.pp), stages, act, params)
+    return Shape(math.ceil(m.num_layers / layout.pp), stage_layers(m.num_layers, layout.pp),
+                 act, params)
 
 
 def wire_dtypes(cfg: Config, override: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -97,12 +86,18 @@ def forward_allreduces_per_layer(cfg: Config) -> int:
 
 def messages(cfg: Config, layout: Layout, dtypes: Mapping[str, str] | None = None
              ) -> list[Message]:
-    """One step's traffic; `dtypes` overrides the engine's wire dtype of some dimensions."""
+    """One step's traffic; `dtypes` overrides the engine's wire dtype of some dimensions.
+    TP and PP are the engine record's `traffic` where it states its own (GPT-NeoX:
+    engines/neox/traffic.py), else the counts above."""
     shape = stage_shape(cfg, layout)
     bits = {dim: BITS[dtype] for dim, dtype in wire_dtypes(cfg, dtypes).items()}
     out: list[Message] = []
-    out += _tensor_parallel(cfg, layout, shape, bits)
-    out += _pipeline(layout, shape, bits["pp"])
+    own = engine_of(cfg).traffic
+    if own is not None:  # the engine states its own TP and pipeline traffic
+        out += own(cfg, layout, bits)
+    else:
+        out += _tensor_parallel(cfg, layout, shape, bits)
+        out += _pipeline(layout, shape, bits["pp"])
     out += _data_parallel(cfg, layout, shape, bits)
     if layout.world_size > 1:
         out.append(Message("control", "all_reduce", 8, layout.world_size, CONTROL_ALLREDUCES,
@@ -171,3 +166,12 @@ def _buckets(dim: str, op: str, nbytes: float, bucket_elems: int, bits: int, gro
     if rest > 0:
         out.append(Message(dim, op, rest, group, 1, "step", bits))
     return out
+
+
+def stage_calls(msg: Message, layout: Layout, group: list[int]) -> float:
+    """Calls per rank of `msg` in one group of its dimension (the comm accounting's count):
+    its pipeline stage's where the stages differ (a stage pair's: the first stage's), else
+    `count`. Ranks are pipe-major (perfmodel.topology)."""
+    if msg.stage_counts is None:
+        return msg.count
+    return msg.stage_counts[group[0] // (layout.dp * layout.tp)]

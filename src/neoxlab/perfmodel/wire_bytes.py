@@ -61,7 +61,22 @@ def accounted_call(msg: traffic.Message, ratio: float, allreduce: str
         return "reduce", nbytes / n, n
     if msg.op == "p2p":
         return "send", nbytes, 1
+    if msg.op == "broadcast":  # accounted on every rank, the root's and the others'
+        return "broadcast", nbytes, 1
     raise ValueError(f"no wire model for message op '{msg.op}'")
+
+
+def group_rows(msg: traffic.Message, layout: Layout, ratio: float, allreduce: str
+               ) -> list[dict]:
+    """One step of `msg` as the comm accounting of each group of its dimension sums it
+    (comm_groups.jsonl's rows: ranks, op, bytes_out of all its ranks): every rank of the
+    group, its stage's calls (traffic.stage_calls)."""
+    op, nbytes, calls = accounted_call(msg, ratio, allreduce)
+    micro = layout.grad_accum if msg.per == "microbatch" else 1
+    return [{"ranks": group, "op": op,
+             "bytes_out": len(group) * nbytes * (traffic.stage_calls(msg, layout, group)
+                                                 * calls * micro)}
+            for group in groups(layout, msg.dim)]
 
 
 def uplink_payload_bytes(cfg: Config, profile: PerfProfile, layout: Layout | None = None
@@ -73,11 +88,7 @@ def uplink_payload_bytes(cfg: Config, profile: PerfProfile, layout: Layout | Non
     per_node = max(cfg.cluster.ranks_per_node, 1)
     out = dict.fromkeys(DIMS, 0.0)
     for msg in traffic.messages(cfg, layout):
-        op, nbytes, calls = accounted_call(msg, wire_ratio(cfg, profile, msg),
-                                           cfg.compression.allreduce)
-        per_step = msg.count * calls * (layout.grad_accum if msg.per == "microbatch" else 1)
-        rows = [{"ranks": group, "op": op, "bytes_out": len(group) * nbytes * per_step}
-                for group in groups(layout, msg.dim)]
+        rows = group_rows(msg, layout, wire_ratio(cfg, profile, msg), cfg.compression.allreduce)
         out[msg.dim] += accounted_between_nodes(rows, lambda rank: rank // per_node)
     out["total"] = sum(out.values())
     return out
