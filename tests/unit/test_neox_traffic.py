@@ -158,3 +158,24 @@ def test_integer_payloads_go_raw_and_the_fp16_mask_is_coded_at_its_width():
     ratios = {m.float_bits: codec_for(cfg, profile, m, []).ratio
               for m in msgs if m.dim == "pp" and not m.raw}
     assert ratios == {32: 4.0, 16: 2.0}
+
+
+def test_the_study_prints_the_same_table_from_its_json_as_from_the_run(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    cfg = compose_experiment("local_neox", [])
+    write_json(run / "config.json", to_dict(cfg))
+    (run / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n')
+    rows = [{"rank": 0, "dim": "tp", "op": "all_reduce", "bytes_in": 1000},
+            {"rank": 0, "dim": "pp", "op": "send", "bytes_in": 300},
+            {"rank": 1, "dim": "pp", "op": "recv", "bytes_in": 300},
+            {"rank": 0, "dim": "other", "op": "broadcast", "bytes_in": 7}]
+    (run / "comm.jsonl").write_text("".join(study.json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "predict_bytes.json"
+    assert study.main([str(run), "--json", str(out)]) == 0
+    from_run = capsys.readouterr().out
+    assert study.main(["--from-data", str(out)]) == 0
+    assert capsys.readouterr().out == from_run
+    written = {row["dim"]: row for row in study.json.loads(out.read_text())}
+    assert written["pp"]["measured_bytes"] == 600  # a send and its recv
+    assert written["tp"]["predicted_bytes"] > 0 and written["pp"]["steps"] == 2
