@@ -5,8 +5,9 @@
 # per GPU count. Drawn from the grid's runs when any completed (GPT-NeoX logs of engine=neox
 # runs, or neoxlab's metrics), else from the performance model's predictions of every member
 # (then without loss curves: the model predicts none). Every point names its source in
-# tables/{exp}.paper_points.csv (neoxlab.results.paper).
-# experiments: paper_grid
+# tables/{exp}.paper_points.csv (neoxlab.results.paper). A grid on CPU ranks
+# (paper_grid_neox_cpu) is drawn against ranks, and says why the published gains are left out.
+# experiments: paper_grid paper_grid_*
 # needs runs: no
 # outputs: figures/{exp}.paper.png, figures/{exp}.paper.pdf, tables/{exp}.paper_points.csv
 
@@ -33,14 +34,18 @@ shown_source = ", ".join(NAMES.get(s, s) for s in sources)
 gpus = sorted(drawn["gpus"].unique())
 schemes = style.order(drawn["scheme"])
 scale, unit = style.flops_unit(drawn["tflops_per_gpu"].max())
+on_cpu = any("cpu" in str(d).split("+") for d in drawn["device"])
+ranks = "CPU ranks" if on_cpu else "GPUs"  # the `gpus` column is the world size
+per = "rank" if on_cpu else "GPU"
+note = paper.published_note(drawn)
 
 loss_gpus = sorted(loss["gpus"].dropna().unique()) if not loss.empty else []
 fig = plt.figure(figsize=(11, 11 if loss_gpus else 9))
 rows = fig.subfigures(3, 1, height_ratios=[1, 1, 0.9 if loss_gpus else 0.3])
 panels = [
-    (rows[0], [("tflops_per_gpu", f"{unit} per GPU", scale),
+    (rows[0], [("tflops_per_gpu", f"{unit} per {per}", scale),
                ("samples_per_s", "Throughput (samples/s)", 1.0)]),
-    (rows[1], [("tflops_gain_pct", f"{unit}/GPU gain over baseline (%)", 1.0),
+    (rows[1], [("tflops_gain_pct", f"{unit}/{per} gain over baseline (%)", 1.0),
                ("samples_gain_pct", "samples/s gain over baseline (%)", 1.0)]),
 ]
 for sub, cols in panels:
@@ -66,13 +71,13 @@ for sub, cols in panels:
         ax.set_xscale("log", base=2)
         ax.set_xticks(gpus, [f"{int(n)}" for n in gpus])
         ax.minorticks_off()
-        ax.set_xlabel("GPUs")
+        ax.set_xlabel(ranks)
         ax.set_ylabel(ylabel)
     handles, labels = axes[0].get_legend_handles_labels()
     sub.legend(handles, labels, loc="outside right upper", title="Scheme")
-rows[0].suptitle(f"{ctx.exp}: throughput against GPU count, from {shown_source}")
-rows[1].suptitle("gains over the baseline at the same GPU count; stars: the published "
-                 "192-GPU gains")
+rows[0].suptitle(f"{ctx.exp}: throughput against {ranks}, from {shown_source}")
+rows[1].suptitle(f"gains over the baseline at the same number of {ranks}; "
+                 + ("stars: the published 192-GPU gains" if note is None else f"\n{note}"))
 
 parts = rows[2].subplots(1, max(len(loss_gpus), 1), sharey=True, squeeze=False)[0]
 if not loss_gpus:
@@ -85,7 +90,7 @@ for ax, n in zip(parts, loss_gpus, strict=False):
             curve = curve.sort_values("step")
             ax.plot(curve["step"], curve["loss_smooth"], color=style.color(scheme),
                     lw=2.2 if scheme == style.BASELINE else 1.4, label=style.label(scheme))
-    ax.set_title(f"{int(n)} GPUs")
+    ax.set_title(f"{int(n)} {ranks}")
     ax.set_xlabel("Training step")
 parts[0].set_ylabel("Training loss (smoothed)")
 rows[2].suptitle("loss curves")

@@ -74,6 +74,25 @@ def test_neox_run_dir_uses_its_log_and_steady_medians():
     assert run.steps[0]["tokens_per_s"] == pytest.approx(10.456 * 2048)
 
 
+def test_a_neox_run_whose_log_became_metrics_jsonl_still_names_the_log(tmp_path: Path):
+    """engine=neox writes metrics.jsonl from GPT-NeoX's rank logs after the job; the
+    figures must still say their steps came from GPT-NeoX's log, not from neoxlab's own
+    metrics (the paper figure's source column)."""
+    # deferred: the post-job step of engine=neox, only this test needs it
+    from neoxlab.engines.neox.metrics import collect_metrics
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(next((FIXTURES / "paper_grid" / "baseline_32gpu").iterdir()), run_dir)
+    from_log = load_run(run_dir)
+    collect_metrics(run_dir)
+    run = load_run(run_dir)
+    assert (run_dir / "metrics.jsonl").exists()
+    assert from_log.row["steps_source"] == run.row["steps_source"] == "neox_log"
+    assert [s["loss"] for s in run.steps] == [s["loss"] for s in from_log.steps]
+    builtin = next((FIXTURES / "runs" / "local_compare").iterdir())
+    assert load_run(builtin).row["steps_source"] == "metrics.jsonl"
+
+
 def test_lone_log_file_loads_without_a_run_dir(tmp_path: Path):
     log = tmp_path / "job.out"
     shutil.copy(LOGS / "deepspeed_pipe.log", log)

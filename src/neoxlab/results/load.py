@@ -189,7 +189,9 @@ def load_run(run_dir: Path, log: Path | None = None) -> Run:
         row["gpus"] = status.get("world_size")
 
     records, malformed = read_jsonl(run_dir / "metrics.jsonl")
-    source = "metrics.jsonl"
+    # an engine that writes metrics.jsonl from its own logs (engine=neox) names them in
+    # summary.json: the steps come from GPT-NeoX's log, whichever file holds them now
+    source = str((summary or {}).get("steps_source") or "metrics.jsonl")
     if log is not None or (not records and _steps_in_logs(cfg)):
         logs = [log] if log is not None else sorted((run_dir / "logs").glob("*.log"))
         records, bad, source = neox_steps(logs)
