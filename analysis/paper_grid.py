@@ -12,6 +12,8 @@
 # outputs: figures/{exp}.paper.png, figures/{exp}.paper.pdf, tables/{exp}.paper_points.csv
 
 # %%
+import textwrap
+
 import matplotlib.pyplot as plt
 import style
 from IPython.display import display
@@ -77,7 +79,8 @@ for sub, cols in panels:
     sub.legend(handles, labels, loc="outside right upper", title="Scheme")
 rows[0].suptitle(f"{ctx.exp}: throughput against {ranks}, from {shown_source}")
 rows[1].suptitle(f"gains over the baseline at the same number of {ranks}; "
-                 + ("stars: the published 192-GPU gains" if note is None else f"\n{note}"))
+                 + ("stars: the published 192-GPU gains" if note is None
+                    else "\n" + "\n".join(textwrap.wrap(note, 80))))
 
 parts = rows[2].subplots(1, max(len(loss_gpus), 1), sharey=True, squeeze=False)[0]
 if not loss_gpus:
