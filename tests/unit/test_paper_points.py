@@ -1,10 +1,15 @@
-"""The paper figure's published gains sit only beside a grid they can be compared with."""
+"""The paper figure's published gains sit only beside a grid they can be compared with, and
+the CPU grid's committed data is the figure's."""
 
 from __future__ import annotations
 
-import pandas as pd
+import importlib.util
 
-from neoxlab.results import paper
+import pandas as pd
+import pytest
+
+from neoxlab.files import REPO_ROOT
+from neoxlab.results import paper, rundata
 
 
 def _points(model: str, device: str) -> pd.DataFrame:
@@ -23,3 +28,22 @@ def test_a_cpu_grid_says_why_the_published_gains_are_left_out():
     assert "neox_tiny on CPU ranks" in note and "V100" in note
     assert paper.published_note(_points("neox_20b", "cpu")) is not None
     assert paper.published_note(_points("neox_tiny", "v100")) is not None
+
+
+def test_the_committed_grid_rows_give_the_figures_points():
+    """studies/paper_grid_neox_cpu.py --from-data recomputes, from each run's steps alone,
+    the samples/s and gains the figure drew from the collected tables (paper_points.csv,
+    committed beside the rows): the dated page's table is the figure's."""
+    data = REPO_ROOT / "docs" / "measurements" / "data" / "2026-12-07-paper-grid-neox-cpu"
+    spec = importlib.util.spec_from_file_location(
+        "paper_grid_neox_cpu", REPO_ROOT / "studies" / "paper_grid_neox_cpu.py")
+    study = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(study)
+    rows = study.table(rundata.read(data / "runs.jsonl"))
+    points = pd.read_csv(data / "paper_points.csv").set_index(["scheme", "gpus"])
+    assert len(rows) == len(points) == 8 and set(points["source"]) == {"neox_log"}
+    for row in rows:
+        point = points.loc[(row["scheme"], row["ranks"])]
+        assert row["source"] == point["source"]
+        assert row["samples_per_s"] == pytest.approx(point["samples_per_s"])
+        assert row["gain_pct"] == pytest.approx(point["samples_gain_pct"], abs=1e-6)
