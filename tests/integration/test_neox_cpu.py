@@ -3,7 +3,9 @@
 
 Two launches, shared by every assertion of this module:
 - `local_neox_compare` as a user starts it: GPT-NeoX on 8 ranks (TP=2 x PP=2 x DP=2, ZeRO-1)
-  four times (none, naive, zhybrid, mzhybrid), then the comparison table and figures;
+  four times (none, naive, zhybrid, mzhybrid), then the comparison table and figures; the
+  same four runs are the 8-rank members of paper_grid_neox_cpu, whose paper figures
+  (`make figures`) are drawn from their logs;
 - `local_neox` with evaluation and checkpoints, held after step 2 until a stop.request,
   then `python -m neoxlab resume` to the end.
 The compression tests fail if the patch misses any dimension of GPT-NeoX's own traffic.
@@ -12,11 +14,14 @@ The compression tests fail if the patch misses any dimension of GPT-NeoX's own t
 from __future__ import annotations
 
 import json
+import re
+import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from neoxlab.engines.builtin.preemption import stop_request_file
@@ -28,6 +33,8 @@ from tests.integration.harness import read_metrics, read_status, resume_run
 
 STEPS = 4
 MEMBERS = ("local_neox", "local_neox_naive", "local_neox_zhybrid", "local_neox_mzhybrid")
+SCHEME_OF = dict(zip(MEMBERS, ("none", "naive", "zhybrid", "mzhybrid"), strict=True))
+GRID = "paper_grid_neox_cpu"  # its 8-rank members are MEMBERS
 DIMS = ("dp", "zero", "tp", "pp")
 # What each scheme puts on each dimension (configs/compression/*.yaml) and the ratio it
 # must reach on fp32 payloads: ZFP at rate r keeps r of 32 bits; MPC is lossless, its ratio
@@ -97,6 +104,46 @@ def test_the_data_is_our_prefix_read_by_gpt_neox(compare):
     ends = [int(line.split(", ")[1].split(")")[0]) for line in log.splitlines()
             if "document indices in [" in line]
     assert ends and max(ends) == len(docs), ends
+
+
+# GPT-NeoX's rank-0 line, read here on its own (not by neoxlab's parser)
+NEOX_LINE = re.compile(r"samples/sec: ([\d.]+) \| iteration +(\d+)/.*\| lm_loss: ([\d.E+-]+) \|")
+
+
+def _logged(run_dir: Path) -> dict[int, tuple[float, float]]:
+    """step -> (samples/sec, lm_loss) as GPT-NeoX printed them in rank 0's log."""
+    found = (NEOX_LINE.search(line) for line in
+             (run_dir / "logs" / "rank0.log").read_text(errors="replace").splitlines())
+    return {int(m[2]): (float(m[1]), float(m[3])) for m in found if m}
+
+
+def test_the_papers_figures_are_drawn_from_these_gpt_neox_logs(compare):
+    """`make figures EXP=paper_grid_neox_cpu` on the 8-rank runs: the paper's figure code
+    (analysis/paper_grid.py) draws GPT-NeoX's logged numbers, not predictions, and leaves
+    Lassen's published gains out of a CPU grid."""
+    results = compare["results"]
+    proc = subprocess.run([sys.executable, "-m", "neoxlab.results.figures", "--exp", GRID,
+                           "--results", str(results)], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for ext in ("png", "pdf"):
+        assert (results / "figures" / f"{GRID}.paper.{ext}").stat().st_size > 10_000
+    points = pd.read_csv(results / "tables" / f"{GRID}.paper_points.csv").set_index("scheme")
+    assert set(points["source"]) == {"neox_log"}, points  # no prediction, no published row
+    assert sorted(points.index) == sorted(SCHEME_OF.values())
+    assert set(points["gpus"]) == {8} and set(points["device"]) == {"cpu"}
+    steps = pd.read_parquet(results / "tables" / f"{GRID}.steps.parquet")
+    for member, scheme in SCHEME_OF.items():
+        logged = _logged(compare[member])
+        assert sorted(logged) == list(range(1, STEPS + 1)), member
+        curve = steps[steps["run_id"] == compare[member].name].sort_values("step")
+        assert list(curve["loss"]) == [logged[s][1] for s in sorted(logged)], member
+        steady = [logged[s][0] for s in logged if s > 2]  # metrics_warmup_steps: 2
+        assert points.loc[scheme, "samples_per_s"] == pytest.approx(
+            statistics.median(steady), rel=1e-3), member
+    base = points.loc["none", "samples_per_s"]
+    assert points.loc["naive", "samples_gain_pct"] == pytest.approx(
+        (points.loc["naive", "samples_per_s"] / base - 1) * 100)
 
 
 def _by_dim(run_dir: Path) -> dict[str, dict]:
