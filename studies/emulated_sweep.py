@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -60,6 +61,7 @@ from sweep_runs import (
     median_run,
     naive_beaten,
     point_rows,
+    prediction_errors,
     step_uplink_payload,
     tuned_checks,
     write,
@@ -128,6 +130,27 @@ def print_rows(rows: list[dict]) -> None:
               f"{r['uplink_MB_per_step']:.2f} | {r['final_loss']:.4f} |")
 
 
+def _times(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.3f}x"
+
+
+def print_prediction_errors(rows: list[dict]) -> None:
+    """The tuner's predicted step against the measured one for every scheme of a tuned
+    point, and the spread of the errors (median and largest magnitude)."""
+    errors = prediction_errors(rows)
+    if not errors:
+        return
+    print("| layout | Mbit/s | scheme | predicted step s | measured step s | error |")
+    print("|---|---|---|---|---|---|")
+    for e in errors:
+        print(f"| {e['layout']} | {e['rate_mbit']} | {e['scheme']} | {e['predicted_step_s']:.3f}"
+              f" | {e['step_s']:.3f} | {e['error']:+.1%} |")
+    sizes = sorted(abs(e["error"]) for e in errors)
+    print(f"prediction errors: {len(sizes)} rows, median |error| "
+          f"{statistics.median(sizes):.1%}, largest {sizes[-1]:.1%}, within 15 %: "
+          f"{sum(s <= 0.15 for s in sizes)}")
+
+
 def print_checks(table: Path | list[dict]) -> None:
     if isinstance(table, list):
         checks = tuned_checks(table)
@@ -137,7 +160,10 @@ def print_checks(table: Path | list[dict]) -> None:
     for c in checks:
         print(f"{c['layout']} {c['rate_mbit']:>5}: tuned {c['tuned_samples_per_s']:.3f} samples/s"
               f", {c['vs_best_fixed']:.3f}x best fixed ({c['best_fixed']})"
-              f"{'' if c['ok_throughput'] else ' BELOW 0.97'}, {c['vs_naive']:.3f}x naive, "
+              f"{'' if c['ok_throughput'] else ' BELOW 0.97'}, "
+              f"{_times(c['vs_best_within_naive_loss'])} best fixed no further from none's "
+              f"loss than naive ({c['best_within_naive_loss']}), {_times(c['vs_int8'])} int8, "
+              f"{c['vs_naive']:.3f}x naive, "
               f"baseline comm {c['baseline_comm_share']:.0%}, "
               f"predicted {c['prediction_error']:+.1%}"
               f"{'' if c['ok_prediction'] else ' (OUTSIDE 15 %)'}, uplink bytes "
@@ -179,6 +205,7 @@ def main() -> int:
     if args.from_data:
         rows = rows_from_data(args.from_data)
         print_rows(rows)
+        print_prediction_errors(rows)
         if any(r["scheme"] == TUNED for r in rows):
             print_checks(rows)
         return 0

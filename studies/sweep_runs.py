@@ -191,8 +191,13 @@ def tuned_checks(rows: list[dict]) -> list[dict]:
             continue
         speed = float(tuned["samples_per_s"])
         best = max(fixed, key=fixed.get)
+        safe = _within_naive_loss(by, fixed)
+        best_safe = max(safe, key=fixed.get) if safe else None
         check = {"layout": layout, "rate_mbit": rate, "tuned_samples_per_s": speed,
                  "best_fixed": best, "vs_best_fixed": speed / fixed[best],
+                 "best_within_naive_loss": best_safe,
+                 "vs_best_within_naive_loss": speed / fixed[best_safe] if best_safe else None,
+                 "vs_int8": speed / fixed["int8"] if "int8" in fixed else None,
                  "vs_naive": speed / fixed["naive"] if "naive" in fixed else None,
                  "baseline_comm_share": float(tuned["baseline_comm_share"]),
                  "prediction_error": _ratio(tuned.get("predicted_step_s"),
@@ -203,6 +208,32 @@ def tuned_checks(rows: list[dict]) -> list[dict]:
         check["ok_prediction"] = abs(check["prediction_error"]) <= 0.15
         check["ok_bytes"] = abs(check["bytes_error"]) <= 0.05
         out.append(check)
+    return out
+
+
+def _within_naive_loss(by: dict[str, dict], fixed: dict[str, float]) -> list[str]:
+    """The fixed schemes whose final loss is no further from the uncompressed run's than
+    naive's (same seed and data, so the difference is the scheme's): the tuner promises "no
+    worse than naive", so a faster scheme that errs more is no fair bar for it. Every fixed
+    scheme when a point lacks none, naive or a final loss."""
+    try:
+        base = float(by["none"]["final_loss"])
+        bound = abs(float(by["naive"]["final_loss"]) - base)
+        return [s for s in fixed if abs(float(by[s]["final_loss"]) - base) <= bound]
+    except (KeyError, TypeError, ValueError):
+        return list(fixed)
+
+
+def prediction_errors(rows: list[dict]) -> list[dict]:
+    """Per table row with a prediction (a tuned point's every scheme): the tuner's predicted
+    step over the median run's measured step, less 1."""
+    out = []
+    for r in rows:
+        error = _ratio(r.get("predicted_step_s"), r.get("step_s")) - 1
+        if error == error:  # not nan
+            out.append({"layout": r["layout"], "rate_mbit": str(r["rate_mbit"]),
+                        "scheme": r["scheme"], "predicted_step_s": float(r["predicted_step_s"]),
+                        "step_s": float(r["step_s"]), "error": error})
     return out
 
 

@@ -272,3 +272,26 @@ def test_a_second_call_goes_on_with_the_options_of_the_same_tune(tmp_path, monke
     with pytest.raises(SystemExit, match="is gone"):
         tune_regret.options("2x2", "200", "neighbours", "x", [{**earlier[0],
                                                               "tune_dir": "/gone"}], None)
+
+
+def test_a_faster_fixed_scheme_that_errs_more_than_naive_is_named_apart():
+    """int4 runs faster than the pick but ends further from the uncompressed loss than naive
+    does: the check still names it best fixed, and beside it the best fixed scheme no worse
+    than naive in loss (int8 here), and the margin to int8."""
+    rows = [row("none", 0.25, final_loss=4.0500), row("naive", 0.90, final_loss=4.0545),
+            row("int8", 1.00, final_loss=4.0495), row("int4", 1.50, final_loss=4.0777),
+            row("tuned", 1.10, step_s=4.0, final_loss=4.0497)]
+    (check,) = sweep.tuned_checks(rows)
+    assert check["best_fixed"] == "int4" and not check["ok_throughput"]
+    assert check["best_within_naive_loss"] == "int8"
+    assert check["vs_best_within_naive_loss"] == pytest.approx(1.10)
+    assert check["vs_int8"] == pytest.approx(1.10)
+
+
+def test_prediction_errors_cover_every_predicted_row_and_only_those():
+    rows = [row("none", 0.25, step_s=4.0, predicted_step_s=3.0),
+            row("naive", 0.90, step_s=2.0, predicted_step_s=2.5),
+            row("zhybrid", 0.47, step_s=2.0)]
+    errors = sweep.prediction_errors(rows)
+    assert [e["scheme"] for e in errors] == ["none", "naive"]
+    assert [e["error"] for e in errors] == pytest.approx([-0.25, 0.25])
