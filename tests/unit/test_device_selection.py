@@ -154,3 +154,24 @@ def test_cpu_training_leaves_the_device_and_local_rank_alone(monkeypatch):
     cfg = compose_experiment("local_dp", [])
     program.init_distributed(cfg, resolve_layout(cfg))
     assert os.environ["LOCAL_RANK"] == "3"
+
+
+def test_every_rank_program_skips_deepspeeds_unused_shm_build(monkeypatch):
+    """init_distributed marks DeepSpeed's shared-memory inference op unavailable before
+    deepspeed.init_distributed, which would JIT-build it (~35 s of C++ on a fresh machine):
+    rank programs without the compression patch (hf_rank.py, neox_equivalence_rank.py) too."""
+    import deepspeed
+    import deepspeed.ops
+    from megatron.core import parallel_state
+
+    from neoxlab.comm.install import SHM_COMM_OP
+    from neoxlab.engines.builtin import program
+
+    seen = {}
+    monkeypatch.setattr(deepspeed.ops, "__compatible_ops__", {})
+    monkeypatch.setattr(deepspeed, "init_distributed", lambda **kw: seen.update(
+        compatible=deepspeed.ops.__compatible_ops__.get(SHM_COMM_OP)))
+    monkeypatch.setattr(parallel_state, "initialize_model_parallel", lambda **kw: None)
+    cfg = compose_experiment("local_dp", [])
+    program.init_distributed(cfg, resolve_layout(cfg))
+    assert seen == {"compatible": False}, seen

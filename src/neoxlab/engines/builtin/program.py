@@ -25,7 +25,7 @@ from neoxlab import metrics
 from neoxlab.comm import mpi_group
 from neoxlab.comm.classify import Grid
 from neoxlab.comm.group_backends import GroupRouter
-from neoxlab.comm.install import install_for_run
+from neoxlab.comm.install import install_for_run, skip_unused_deepspeed_op
 from neoxlab.comm.records import format_totals, merge, write_rank_rows
 from neoxlab.compress import kernels as codec_kernels
 from neoxlab.config import Config
@@ -72,6 +72,9 @@ def init_distributed(cfg: Config, layout: Layout):
         if torch.cuda.is_available():  # Triton, NVRTC or torch ops: one line, in summary.json
             codec_kernels.chosen(torch.device("cuda", choice.index))
     timeout = comm_timeout(cfg)
+    # install_for_run skips it too; rank programs without the patch (tests/integration/
+    # hf_rank.py, studies/neox_equivalence_rank.py) would otherwise build it (~35 s of C++)
+    skip_unused_deepspeed_op()
     deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False,
                                **({"timeout": timeout} if timeout else {}))
     if cfg.engine.group_backends:
