@@ -8,6 +8,7 @@ The 100-step curves and the seed band: studies/neox_equivalence.py."""
 from __future__ import annotations
 
 import importlib.util
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -26,8 +27,12 @@ SEED = 7
 def test_gpt_neox_initial_weights_give_the_builtin_engine_its_first_step_loss(neox_dir,
                                                                            tmp_path):
     run_dir = study.neox_run(1, SEED, [f"cluster.neox_dir={neox_dir}"], tmp_path / "results")
-    hf = study.convert(run_dir, neox_dir, tmp_path / "hf")
-    samples = study.neox_samples(run_dir, neox_dir, tmp_path / "samples.pt")
+    # the conversion and the samples each read the run in a process of its own: side by side
+    # they take one of them's time on CI's 2 cores (each keeps about one core busy)
+    with ThreadPoolExecutor(1) as pool:
+        converted = pool.submit(study.convert, run_dir, neox_dir, tmp_path / "hf")
+        samples = study.neox_samples(run_dir, neox_dir, tmp_path / "samples.pt")
+        hf = converted.result()
     _, records = study.builtin_run(tmp_path / "builtin", 1, SEED, [], samples, hf)
     (neox,) = [r["loss"] for r in read_metrics(run_dir)]
     builtin = records[0]["loss"]
