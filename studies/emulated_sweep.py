@@ -13,6 +13,7 @@ Needs root + iproute2; run it alone (it is heavy, about 15 minutes with the defa
     .venv/bin/python studies/emulated_sweep.py --tuned --rates 40 200 \\
         --data docs/measurements/data/<date>-emulated-sweep.runs.jsonl   # + every run's row
     .venv/bin/python studies/emulated_sweep.py --from-data docs/measurements/data/<...>.jsonl
+    .venv/bin/python studies/emulated_sweep.py --from-data <file> <file> --developed-on 2x2:200
 Appends to results/tables/emulated_sweep.sweep.csv (a row per layout, rate and scheme; a
 point measured again replaces its row), then `make figures EXP=emulated_sweep` draws it.
 --data: every run's row (results/rundata.py: every step's time and loss, bytes per dimension,
@@ -151,6 +152,21 @@ def print_prediction_errors(rows: list[dict]) -> None:
           f"{sum(s <= 0.15 for s in sizes)}")
 
 
+def print_held_out(rows: list[dict], developed_on: set[str]) -> None:
+    """The prediction errors of the points the model was developed on (`layout:rate`) apart
+    from the others: a model judged on its own development points says little."""
+    groups: dict[str, list[float]] = {}
+    for e in prediction_errors(rows):
+        seen = f"{e['layout']}:{e['rate_mbit']}" in developed_on
+        groups.setdefault("developed on" if seen else "held out", []).append(e["error"])
+    print("| points | rows | median abs error | largest | within 15 % | mean signed |")
+    print("|---|---|---|---|---|---|")
+    for name, errors in groups.items():
+        sizes = sorted(abs(x) for x in errors)
+        print(f"| {name} | {len(sizes)} | {statistics.median(sizes):.1%} | {sizes[-1]:.1%} | "
+              f"{sum(x <= 0.15 for x in sizes)} | {statistics.mean(errors):+.1%} |")
+
+
 def print_checks(table: Path | list[dict]) -> None:
     if isinstance(table, list):
         checks = tuned_checks(table)
@@ -198,14 +214,19 @@ def main() -> int:
                              "default tunes as a user does, guard on")
     parser.add_argument("--data", type=Path, default=None,
                         help="append every run's row to this data file")
-    parser.add_argument("--from-data", type=Path, default=None,
-                        help="no runs: the table and the checks of a data file")
+    parser.add_argument("--from-data", type=Path, nargs="+", default=None,
+                        help="no runs: the table and the checks of data files")
+    parser.add_argument("--developed-on", nargs="+", default=None, metavar="LAYOUT:RATE",
+                        help="with --from-data: the points the model was developed on; the "
+                             "prediction errors are summed up apart for them and the rest")
     args = parser.parse_args()
     args.results = args.results.resolve()
     if args.from_data:
-        rows = rows_from_data(args.from_data)
+        rows = [r for path in args.from_data for r in rows_from_data(path)]
         print_rows(rows)
         print_prediction_errors(rows)
+        if args.developed_on:
+            print_held_out(rows, set(args.developed_on))
         if any(r["scheme"] == TUNED for r in rows):
             print_checks(rows)
         return 0

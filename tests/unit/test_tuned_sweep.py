@@ -295,3 +295,16 @@ def test_prediction_errors_cover_every_predicted_row_and_only_those():
     errors = sweep.prediction_errors(rows)
     assert [e["scheme"] for e in errors] == ["none", "naive"]
     assert [e["error"] for e in errors] == pytest.approx([-0.25, 0.25])
+
+
+def test_held_out_errors_are_summed_apart_from_the_development_points(capsys):
+    spec_ = importlib.util.spec_from_file_location(
+        "emulated_sweep_heldout", STUDY.parent / "emulated_sweep.py")
+    study = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(study)
+    rows = [row("none", 0.25, rate="200", step_s=4.0, predicted_step_s=4.2),
+            row("none", 0.25, rate="120", step_s=4.0, predicted_step_s=8.0)]
+    study.print_held_out(rows, {"2x2:200"})
+    out = capsys.readouterr().out
+    assert "| held out | 1 | 100.0% | 100.0% | 0 | +100.0% |" in out
+    assert "| developed on | 1 | 5.0% | 5.0% | 1 | +5.0% |" in out
