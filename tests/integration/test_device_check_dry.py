@@ -4,9 +4,9 @@ as on a fresh GPU machine, so a typo cannot waste the one GPU run; its time limi
 and cache warm-up included, add up to less than the 480 s a device run may take; and on a
 machine without a GPU the real run stops at once, saying so.
 
-CI time: the dry run took 144 s of CPU (user 128 s + system 16 s, /usr/bin/time), about
-2.5 minutes on two free cores; most of its wall time is the native decode attention built
-from an empty cache in section 0. The no-GPU check takes seconds."""
+CI time: the dry run took 72 s of CPU on 2026-12-07 (user 64 s + system 8 s; 78 s wall,
+docs/measurements/2026-12-07-ci.md), a third of it the native decode attention built from
+an empty cache in section 0. The no-GPU check takes seconds."""
 
 from __future__ import annotations
 
