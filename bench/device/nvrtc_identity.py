@@ -17,8 +17,8 @@ import os
 import torch
 
 from neoxlab.compress import make_compressor
+from neoxlab.compress.identity_vectors import data, same_values
 
-INT = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 CASES = ([(spec, dt, 101 if spec.endswith("=3") else 1001)
           for spec in ("int8", "int4", "int8:block=3", "int4:block=64") for dt in DTYPES]
@@ -27,21 +27,6 @@ CASES = ([(spec, dt, 101 if spec.endswith("=3") else 1001)
             ("zfp:rate=31,impl=torch", torch.float32, 211),
             ("zfp:rate=13,impl=torch", torch.float16, 211)]
          + [(f"zfp:rate={r},impl=torch", torch.float32, 4 * 1000 + 2) for r in range(1, 33)])
-
-
-def data(n: int, dtype: torch.dtype, seed: int = 0) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, generator=g) * 3
-    x[5] = float("nan")
-    x[40:56] = torch.randn(16, generator=g) * 1e-36
-    x[60:76] = 0.0
-    return x.to(dtype)
-
-
-def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
-    nan = a.isnan()
-    return torch.equal(nan, b.isnan()) and torch.equal(a.view(INT[a.dtype])[~nan],
-                                                       b.view(INT[b.dtype])[~nan])
 
 
 def _with_kernels(kind: str, fn):

@@ -22,9 +22,9 @@ import pytest
 import torch
 
 from neoxlab.compress import make_compressor, nvrtc, nvrtc_host
+from neoxlab.compress.identity_vectors import data, same_values, ties
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
-INT = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
 REPO = Path(__file__).resolve().parents[2]
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
@@ -33,24 +33,6 @@ DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 def private_cache(tmp_path_factory, monkeypatch):
     """One host build per test session, in the session's own cache."""
     monkeypatch.setenv("NEOXLAB_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "nx-cache"))
-
-
-def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
-    nan = a.isnan()
-    if not torch.equal(nan, b.isnan()):
-        return False
-    return torch.equal(a.view(INT[a.dtype])[~nan], b.view(INT[b.dtype])[~nan])
-
-
-def data(n: int, dtype: torch.dtype, seed: int = 0) -> torch.Tensor:
-    """Gaussian values with a NaN, a block of tiny values and a zero block (as the Triton
-    tests use)."""
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, generator=g) * 3
-    x[5] = float("nan")
-    x[40:56] = torch.randn(16, generator=g) * 1e-36
-    x[60:76] = 0.0
-    return x.to(dtype)
 
 
 def against(spec: str, x: torch.Tensor, monkeypatch, reference: str = "torch") -> None:
@@ -89,20 +71,6 @@ def test_quant_host_build_matches_torch(spec, dtype, monkeypatch):
     if spec == "int8:block=3" and dtype != torch.float32:
         x = x.float()  # 7 bytes per 3 values do not shrink fp16/bf16 (sent raw)
     against(spec, x, monkeypatch)
-
-
-def ties(n: int, block: int, qmax: int, dtype: torch.dtype) -> torch.Tensor:
-    """Values that scale to exact halves (+-0.5 ... qmax - 0.5), each block opening with its
-    max: where round-half-to-even and round-half-up differ (as in test_triton_kernels)."""
-    halves = torch.arange(qmax, dtype=torch.float64) + 0.5
-    cycle = torch.stack([halves, -halves], 1).flatten()
-    x = torch.empty(n, dtype=torch.float64)
-    for b, start in enumerate(range(0, n, block)):
-        size = min(block, n - start)
-        shrink = 1.0 if b % 2 == 0 else 0.5
-        x[start] = qmax * shrink * (1 if b % 4 < 2 else -1)
-        x[start + 1: start + size] = cycle.roll(-b)[torch.arange(size - 1) % len(cycle)] * shrink
-    return x.to(dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

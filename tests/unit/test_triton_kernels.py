@@ -19,22 +19,15 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 pytest.importorskip("triton")
 
 from neoxlab.compress import make_compressor  # noqa: E402
+from neoxlab.compress.identity_vectors import data, same_values, ties  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy on NaN lanes
-INT = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
 
 
 @pytest.fixture(autouse=True)
 def interpreter_only():
     if os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("TRITON_INTERPRET was set to something else before this module")
-
-
-def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
-    nan = a.isnan()
-    if not torch.equal(nan, b.isnan()):
-        return False
-    return torch.equal(a.view(INT[a.dtype])[~nan], b.view(INT[b.dtype])[~nan])
 
 
 def both_ways(spec: str, x: torch.Tensor, monkeypatch) -> None:
@@ -49,15 +42,6 @@ def both_ways(spec: str, x: torch.Tensor, monkeypatch) -> None:
     assert same_values(got_y, ref_y), spec
 
 
-def data(n: int, dtype: torch.dtype, seed: int = 0) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, generator=g) * 3
-    x[5] = float("nan")
-    x[40:56] = torch.randn(16, generator=g) * 1e-36  # tiny block
-    x[60:76] = 0.0
-    return x.to(dtype)
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("spec", ["int8", "int4", "int8:block=3", "int4:block=64"])
 def test_quant_kernels_match_torch(spec: str, dtype: torch.dtype, monkeypatch) -> None:
@@ -70,22 +54,6 @@ def test_quant_kernels_match_torch(spec: str, dtype: torch.dtype, monkeypatch) -
                                              ("zfp:rate=13,impl=torch", torch.float16)])
 def test_zfp_kernels_match_torch(spec: str, dtype: torch.dtype, monkeypatch) -> None:
     both_ways(spec, data(211, dtype), monkeypatch)  # 13 blocks, the last padded; 3 left
-
-
-def ties(n: int, block: int, qmax: int, dtype: torch.dtype) -> torch.Tensor:
-    """Blocks whose values, once scaled by qmax / max|block|, lie exactly halfway between
-    two codes (+-0.5, +-1.5, ... up to qmax - 0.5), both signs and both parities: there
-    round-half-to-even and round-half-up give different codes. Each block opens with its
-    max, +-qmax (scale 1) or +-qmax / 2 (scale 1/2: the ties halved)."""
-    halves = torch.arange(qmax, dtype=torch.float64) + 0.5
-    cycle = torch.stack([halves, -halves], 1).flatten()  # 0.5, -0.5, 1.5, -1.5, ...
-    x = torch.empty(n, dtype=torch.float64)
-    for b, start in enumerate(range(0, n, block)):
-        size = min(block, n - start)
-        shrink = 1.0 if b % 2 == 0 else 0.5
-        x[start] = qmax * shrink * (1 if b % 4 < 2 else -1)
-        x[start + 1: start + size] = cycle.roll(-b)[torch.arange(size - 1) % len(cycle)] * shrink
-    return x.to(dtype)
 
 
 # int8 in blocks of 3 costs 7 bytes per 3 values: fp16/bf16 travel raw, with no rounding
